@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+func newCertsCommand() *cobra.Command {
+	var (
+		dir                string
+		apiserverIPs       []net.IP
+		apiserverDNS       []string
+		etcdIPs            []net.IP
+		kubeconfigServer   string
+		kubeconfigFilePath string
+	)
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Create or renew the control plane's certificates and admin kubeconfig",
+		Long: `Create, or reuse and renew, the CA, etcd CA, serving and client certificates, the
+service-account key pair and an admin kubeconfig in a directory, as "up" does. Useful
+to prepare several API servers or etcd members by hand: give every address they serve on.
+Existing CAs and keys are never replaced.`,
+		Example: `  steadyplane certs --dir ./pki --apiserver-ip 10.0.0.1,10.0.0.2 --etcd-ip 10.0.0.1,10.0.0.2 \
+    --kubeconfig-server https://10.0.0.1:6443`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			store := &pki.Store{Dir: dir, Logf: func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }}
+			c, err := store.EnsureCluster(pki.ClusterConfig{APIServerIPs: apiserverIPs, APIServerDNSNames: apiserverDNS, EtcdIPs: etcdIPs})
+			if err != nil {
+				return err
+			}
+			path := kubeconfigFilePath
+			if path == "" {
+				path = filepath.Join(dir, "admin.kubeconfig")
+			}
+			if err := pki.WriteKubeconfig(path, kubeconfigServer, "admin", c.CA, c.Admin); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "certificates in %s; admin kubeconfig %s\n", dir, path)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dir, "dir", ".steadyplane/pki", "Directory of the certificates and keys.")
+	fs.IPSliceVar(&apiserverIPs, "apiserver-ip", nil, "Addresses the API server serving certificate must carry (127.0.0.1 is always added).")
+	fs.StringSliceVar(&apiserverDNS, "apiserver-dns", nil, "Extra DNS names for the API server serving certificate (the kubernetes.default names are always added).")
+	fs.IPSliceVar(&etcdIPs, "etcd-ip", nil, "Addresses the etcd serving certificate must carry (127.0.0.1 is always added).")
+	fs.StringVar(&kubeconfigServer, "kubeconfig-server", "https://127.0.0.1:6443", "Server URL written into the admin kubeconfig.")
+	fs.StringVar(&kubeconfigFilePath, "kubeconfig", "", "Where to write the admin kubeconfig; defaults to <dir>/admin.kubeconfig.")
+	return cmd
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/steadyplane/steadyplane/pkg/apiserver"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "steadyplane",
+		Short: "A Kubernetes control plane that stays up",
+		Long: `steadyplane runs the real kube-apiserver on an embedded etcd and adds availability
+mechanisms: retry during server initialization (KEP-3028), and more to come.
+
+Start a single-node control plane in ./.steadyplane with:
+
+  steadyplane up`,
+		SilenceUsage: true,
+	}
+	root.AddCommand(
+		newUpCommand(),
+		newEtcdCommand(),
+		apiserver.NewCommand(),
+		newCertsCommand(),
+	)
+	return root
+}

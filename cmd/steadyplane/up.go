@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/steadyplane/steadyplane/pkg/controlplane"
+)
+
+func newUpCommand() *cobra.Command {
+	o := controlplane.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a single-node control plane (etcd + kube-apiserver) until interrupted",
+		Long: `Run a single-node control plane: create or reuse the certificates, keys and admin
+kubeconfig in the data directory, start "steadyplane etcd" and "steadyplane apiserver"
+as child processes, print how to reach the cluster, restart a child that dies, and
+stop both cleanly on Ctrl-C or SIGTERM. Running it again on the same data directory
+keeps every object created before.`,
+		Example: `  steadyplane up
+  kubectl --kubeconfig .steadyplane/admin.kubeconfig get namespaces
+
+  steadyplane up --data-dir /tmp/sp --apiserver-port 7443 --apiserver-arg=--v=2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			o.Out = cmd.OutOrStdout()
+			return controlplane.Run(ctx, *o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for certificates, kubeconfig, etcd data and logs; reused across runs.")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the API server listens on.")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "Address the API server publishes to the cluster; defaults to --bind-address.")
+	fs.IntVar(&o.APIServerPort, "apiserver-port", o.APIServerPort, "HTTPS port of the API server.")
+	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", o.EtcdClientPort, "etcd client port on 127.0.0.1.")
+	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", o.EtcdPeerPort, "etcd peer port on 127.0.0.1.")
+	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "Range of service cluster IPs; its first address is the kubernetes service's.")
+	fs.BoolVar(&o.RetryAfterIfNotInitialized, "startup-send-retry-after-if-not-initialized", o.RetryAfterIfNotInitialized, "KEP-3028: refuse requests carrying X-Kubernetes-If-Ready with 503 + Retry-After until the API server has initialized.")
+	fs.DurationVar(&o.RetryAfter, "startup-retry-after", o.RetryAfter, "Retry-After delay sent while the API server initializes.")
+	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long to wait for etcd and for the API server to become ready.")
+	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "How long each component may take to stop before it is killed.")
+	return cmd
+}

@@ -1,0 +1,231 @@
+// Package apiserver runs the upstream kube-apiserver, imported from
+// k8s.io/kubernetes as a library, with steadyplane's filters wrapped around
+// its default handler chain. Every upstream flag works unchanged; steadyplane
+// adds its own in a separate flag section.
+//
+// It is the only package that imports k8s.io/kubernetes/cmd/kube-apiserver, so
+// that the rest of the tree builds and tests quickly.
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/flagz"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
+	"k8s.io/component-base/version/verflag"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	"k8s.io/utils/clock"
+
+	"github.com/steadyplane/steadyplane/internal/buildinfo"
+	"github.com/steadyplane/steadyplane/pkg/server/filters/ifready"
+)
+
+// Options are steadyplane's additions to the kube-apiserver flags.
+type Options struct {
+	// SendRetryAfterIfNotInitialized enables the KEP-3028 filter.
+	SendRetryAfterIfNotInitialized bool
+	// RetryAfter is the delay the KEP-3028 filter asks clients to wait.
+	RetryAfter time.Duration
+	// InitializationProbeInterval is how often the server asks its own /readyz
+	// until it first answers 200.
+	InitializationProbeInterval time.Duration
+}
+
+// NewOptions returns the defaults of "steadyplane apiserver": every addition off.
+func NewOptions() *Options {
+	return &Options{
+		RetryAfter:                  ifready.DefaultRetryAfter,
+		InitializationProbeInterval: ifready.DefaultProbeInterval,
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.SendRetryAfterIfNotInitialized, "startup-send-retry-after-if-not-initialized", o.SendRetryAfterIfNotInitialized,
+		"Answer requests that carry X-Kubernetes-If-Ready with 503 and Retry-After until /readyz has first answered OK, and mark them X-Kubernetes-Ready: true after (KEP-3028).")
+	fs.DurationVar(&o.RetryAfter, "startup-retry-after", o.RetryAfter,
+		"Delay sent in Retry-After while the server initializes; rounded to whole seconds, at least 1s.")
+	fs.DurationVar(&o.InitializationProbeInterval, "startup-readyz-probe-interval", o.InitializationProbeInterval,
+		"How often the server checks its own /readyz until it first answers OK.")
+}
+
+// Validate reports every invalid option.
+func (o *Options) Validate() []error {
+	var errs []error
+	if o.RetryAfter < 0 || o.RetryAfter > time.Hour {
+		errs = append(errs, fmt.Errorf("--startup-retry-after=%v: want between 0 and 1h", o.RetryAfter))
+	}
+	if o.InitializationProbeInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--startup-readyz-probe-interval=%v: want a positive duration", o.InitializationProbeInterval))
+	}
+	return errs
+}
+
+// NewCommand returns "steadyplane apiserver": the upstream kube-apiserver
+// command (same flags, same validation, same run steps) with steadyplane's
+// options added. It follows app.NewAPIServerCommand step for step; the only
+// difference is that Run changes the configuration between NewConfig and
+// Complete.
+func NewCommand() *cobra.Command {
+	s := options.NewServerRunOptions()
+	sp := NewOptions()
+	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+
+	cmd := &cobra.Command{
+		Use:   "apiserver",
+		Short: "Run the Kubernetes API server (all kube-apiserver flags) with steadyplane's filters",
+		Long: `Run the real kube-apiserver, imported from k8s.io/kubernetes, with steadyplane's
+availability filters wrapped around its handler chain. Every kube-apiserver flag works
+as upstream documents it; steadyplane's own flags are listed in their own section.`,
+		SilenceUsage: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+				return err
+			}
+			// The server's loopback clients should not log warnings it issued itself.
+			rest.SetDefaultWarningHandler(rest.NoWarnings{})
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			verflag.PrintAndExitIfRequested()
+			fs := cmd.Flags()
+			if err := logsapi.ValidateAndApply(s.Logs, featureGate); err != nil {
+				return err
+			}
+			cliflag.PrintFlags(fs)
+			// Upstream's signal handling: the first SIGTERM/SIGINT starts a
+			// graceful shutdown, a second one exits at once.
+			ctx := genericapiserver.SetupSignalContext()
+			completed, err := s.Complete(ctx)
+			if err != nil {
+				return err
+			}
+			errs := completed.Validate()
+			errs = append(errs, sp.Validate()...)
+			if len(errs) != 0 {
+				return utilerrors.NewAggregate(errs)
+			}
+			featureGate.(featuregate.MutableFeatureGate).AddMetrics()
+			s.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
+			return Run(ctx, completed, sp)
+		},
+		Args: cobra.NoArgs,
+	}
+
+	fs := cmd.Flags()
+	namedFlagSets := s.Flags()
+	sp.AddFlags(namedFlagSets.FlagSet("steadyplane"))
+	s.Flagz = flagz.NamedFlagSetsReader{FlagSets: namedFlagSets}
+	verflag.AddFlags(namedFlagSets.FlagSet("global"))
+	globalflag.AddGlobalFlags(namedFlagSets.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	for _, f := range namedFlagSets.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, namedFlagSets, cols)
+	return cmd
+}
+
+// Run runs the API server until ctx ends, doing app.Run's five steps and
+// installing steadyplane's filters into the configuration in between.
+func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error {
+	config, err := app.NewConfig(opts)
+	if err != nil {
+		return err
+	}
+	// The aggregator is the last server of the delegation chain: its handler
+	// chain is the one that serves; the inner servers' chains are never used.
+	InstallFilters(&config.Aggregator.GenericConfig.Config, sp, clock.RealClock{})
+	for _, c := range []*genericapiserver.Config{&config.Aggregator.GenericConfig.Config, config.KubeAPIs.ControlPlane.Generic, &config.ApiExtensions.GenericConfig.Config} {
+		c.EffectiveVersion = withGitVersion(c.EffectiveVersion, buildinfo.KubernetesGitVersion())
+	}
+	completed, err := config.Complete()
+	if err != nil {
+		return err
+	}
+	server, err := app.CreateServerChain(completed)
+	if err != nil {
+		return err
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		return err
+	}
+	return prepared.Run(ctx)
+}
+
+// InstallFilters wraps c's handler chain with the filters sp enables, and adds
+// the post-start hooks they need. With every option off it leaves c as it is,
+// so the server behaves exactly as upstream's (it never sets
+// X-Kubernetes-Ready, which is how clients tell an older server).
+func InstallFilters(c *genericapiserver.Config, sp *Options, clk clock.PassiveClock) {
+	if !sp.SendRetryAfterIfNotInitialized {
+		return
+	}
+	ifready.RegisterMetrics()
+	latch := ifready.NewLatch(clk)
+	base := c.BuildHandlerChainFunc
+	c.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		// Outermost, so that the refusal comes before authorization and
+		// admission, whose answers during initialization are what it protects
+		// clients from.
+		return ifready.WithRetryAfterUntilInitialized(base(apiHandler, c), latch, sp.RetryAfter)
+	}
+	interval := sp.InitializationProbeInterval
+	c.AddPostStartHookOrDie("steadyplane-initialization-probe", func(hc genericapiserver.PostStartHookContext) error {
+		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+		if err != nil {
+			return fmt.Errorf("loopback client for the initialization probe: %w", err)
+		}
+		// Returns at once: the probe waits for /readyz, which waits for every
+		// post-start hook, this one included.
+		go ifready.ProbeUntilInitialized(hc, client.Discovery().RESTClient(), latch, interval)
+		return nil
+	})
+	klog.InfoS("KEP-3028 enabled: requests with X-Kubernetes-If-Ready are refused until /readyz first answers OK", "retryAfter", sp.RetryAfter)
+}
+
+// reportedVersion is an EffectiveVersion whose Info carries a gitVersion that
+// clients can parse (see internal/buildinfo); everything else is upstream's.
+type reportedVersion struct {
+	basecompatibility.EffectiveVersion
+	gitVersion string
+}
+
+// Info implements basecompatibility.EffectiveVersion.
+func (v reportedVersion) Info() *apimachineryversion.Info {
+	info := v.EffectiveVersion.Info()
+	if info != nil {
+		info.GitVersion = v.gitVersion
+	}
+	return info
+}
+
+func withGitVersion(ev basecompatibility.EffectiveVersion, gitVersion string) basecompatibility.EffectiveVersion {
+	if ev == nil || gitVersion == "" {
+		return ev
+	}
+	if rv, ok := ev.(reportedVersion); ok {
+		ev = rv.EffectiveVersion
+	}
+	return reportedVersion{EffectiveVersion: ev, gitVersion: gitVersion}
+}

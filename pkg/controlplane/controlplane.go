@@ -1,0 +1,508 @@
+// Package controlplane runs a single-node steadyplane control plane: it
+// prepares the PKI and kubeconfig in a data directory, starts "steadyplane etcd"
+// and "steadyplane apiserver" as child processes, waits until each is ready,
+// restarts either if it dies, and stops them in order. "steadyplane up" is a
+// thin shell over Run; tests and benchmarks use the same steps one by one.
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
+	netutils "k8s.io/utils/net"
+
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// Options configure a single-node control plane.
+type Options struct {
+	// DataDir holds the PKI, the kubeconfig, etcd's data and the logs.
+	DataDir string
+	// BindAddress is the address the API server listens on.
+	BindAddress string
+	// AdvertiseAddress is the address the API server publishes; empty means BindAddress.
+	AdvertiseAddress string
+	// APIServerPort is the API server's HTTPS port.
+	APIServerPort int
+	// EtcdClientPort and EtcdPeerPort are etcd's ports, on 127.0.0.1.
+	EtcdClientPort, EtcdPeerPort int
+	// ServiceCIDR is the range of service cluster IPs.
+	ServiceCIDR string
+	// RetryAfterIfNotInitialized turns on the KEP-3028 filter.
+	RetryAfterIfNotInitialized bool
+	// RetryAfter is the KEP-3028 delay.
+	RetryAfter time.Duration
+	// ExtraAPIServerArgs are appended to the API server's arguments, so they
+	// override steadyplane's choices.
+	ExtraAPIServerArgs []string
+	// Binary is the steadyplane executable to start the children from; empty
+	// means this process's own executable.
+	Binary string
+	// ReadyTimeout bounds the wait for each component to become ready.
+	ReadyTimeout time.Duration
+	// StopGrace is how long a child may take to stop after SIGTERM.
+	StopGrace time.Duration
+	// Out receives progress lines; nil discards them.
+	Out io.Writer
+}
+
+// NewOptions returns the defaults of "steadyplane up".
+func NewOptions() *Options {
+	return &Options{
+		DataDir:                    ".steadyplane",
+		BindAddress:                "127.0.0.1",
+		APIServerPort:              6443,
+		EtcdClientPort:             2379,
+		EtcdPeerPort:               2380,
+		ServiceCIDR:                "10.96.0.0/16",
+		RetryAfterIfNotInitialized: true,
+		RetryAfter:                 5 * time.Second,
+		ReadyTimeout:               3 * time.Minute,
+		StopGrace:                  30 * time.Second,
+	}
+}
+
+// ControlPlane is a prepared data directory and the child processes run from it.
+type ControlPlane struct {
+	opts       Options
+	dataDir    string
+	pki        *pki.Cluster
+	kubeconfig string
+	advertise  net.IP
+	lock       *os.File
+
+	Etcd, APIServer *Process
+}
+
+// Prepare checks the options, takes the data directory's lock (one control
+// plane per directory), and creates or reuses the PKI and the admin kubeconfig.
+func Prepare(o Options) (*ControlPlane, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	dataDir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	lock, err := lockDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{opts: o, dataDir: dataDir, lock: lock}
+	if cp.opts.Binary == "" {
+		if cp.opts.Binary, err = os.Executable(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
+	if err := cp.preparePKI(); err != nil {
+		cp.Close()
+		return nil, err
+	}
+	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: filepath.Join(dataDir, "logs", "etcd.log")}
+	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: filepath.Join(dataDir, "logs", "apiserver.log")}
+	return cp, nil
+}
+
+func (o *Options) validate() error {
+	var errs []string
+	if netutils.ParseIPSloppy(o.BindAddress) == nil {
+		errs = append(errs, fmt.Sprintf("--bind-address=%q is not an IP address", o.BindAddress))
+	}
+	if o.AdvertiseAddress != "" && netutils.ParseIPSloppy(o.AdvertiseAddress) == nil {
+		errs = append(errs, fmt.Sprintf("--advertise-address=%q is not an IP address", o.AdvertiseAddress))
+	}
+	for name, port := range map[string]int{"--apiserver-port": o.APIServerPort, "--etcd-client-port": o.EtcdClientPort, "--etcd-peer-port": o.EtcdPeerPort} {
+		if port < 1 || port > 65535 {
+			errs = append(errs, fmt.Sprintf("%s=%d is not a port", name, port))
+		}
+	}
+	if o.EtcdClientPort == o.EtcdPeerPort {
+		errs = append(errs, "--etcd-client-port and --etcd-peer-port must differ")
+	}
+	if _, _, err := netutils.ParseCIDRSloppy(o.ServiceCIDR); err != nil {
+		errs = append(errs, fmt.Sprintf("--service-cidr=%q: %v", o.ServiceCIDR, err))
+	}
+	if o.DataDir == "" {
+		errs = append(errs, "--data-dir must not be empty")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// lockDir takes an exclusive lock on the data directory, so that a second
+// "up" on it fails at once instead of corrupting etcd's data.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data directory lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data directory %s is in use by another steadyplane (lock %s): %w", dir, f.Name(), err)
+	}
+	return f, nil
+}
+
+func (cp *ControlPlane) preparePKI() error {
+	cp.advertise = netutils.ParseIPSloppy(cp.opts.AdvertiseAddress)
+	if cp.advertise == nil {
+		cp.advertise = netutils.ParseIPSloppy(cp.opts.BindAddress)
+	}
+	_, serviceNet, _ := netutils.ParseCIDRSloppy(cp.opts.ServiceCIDR)
+	serviceIP, err := netutils.GetIndexedIP(serviceNet, 1)
+	if err != nil {
+		return fmt.Errorf("--service-cidr=%s: %w", cp.opts.ServiceCIDR, err)
+	}
+	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	cp.pki, err = store.EnsureCluster(pki.ClusterConfig{
+		APIServerIPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress), cp.advertise, serviceIP},
+	})
+	if err != nil {
+		return err
+	}
+	cp.kubeconfig = filepath.Join(cp.dataDir, "admin.kubeconfig")
+	return pki.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin)
+}
+
+// APIServerURL is where clients reach the API server.
+func (cp *ControlPlane) APIServerURL() string {
+	host := cp.opts.BindAddress
+	if ip := netutils.ParseIPSloppy(host); ip == nil || ip.IsUnspecified() {
+		host = cp.advertise.String()
+	}
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(cp.opts.APIServerPort))
+}
+
+// Kubeconfig is the path of the admin kubeconfig.
+func (cp *ControlPlane) Kubeconfig() string { return cp.kubeconfig }
+
+// DataDir is the absolute data directory.
+func (cp *ControlPlane) DataDir() string { return cp.dataDir }
+
+// PKI returns the certificates and keys of the control plane.
+func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
+
+// AdminConfig returns a client configuration with the admin credentials.
+func (cp *ControlPlane) AdminConfig() (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", cp.kubeconfig)
+}
+
+func (cp *ControlPlane) etcdClientURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdClientPort)
+}
+
+func (cp *ControlPlane) etcdArgs() []string {
+	peer := "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdPeerPort)
+	p := cp.pki
+	return []string{
+		"etcd",
+		"--name=steadyplane",
+		"--data-dir=" + filepath.Join(cp.dataDir, "etcd"),
+		"--listen-client-urls=" + cp.etcdClientURL(),
+		"--advertise-client-urls=" + cp.etcdClientURL(),
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=steadyplane=" + peer,
+		"--cert-file=" + p.EtcdServer.CertPath,
+		"--key-file=" + p.EtcdServer.KeyPath,
+		"--trusted-ca-file=" + p.EtcdCA.CertPath,
+		"--peer-cert-file=" + p.EtcdServer.CertPath,
+		"--peer-key-file=" + p.EtcdServer.KeyPath,
+		"--peer-trusted-ca-file=" + p.EtcdCA.CertPath,
+	}
+}
+
+func (cp *ControlPlane) apiserverArgs() []string {
+	p := cp.pki
+	args := []string{
+		"apiserver",
+		"--etcd-servers=" + cp.etcdClientURL(),
+		"--etcd-cafile=" + p.EtcdCA.CertPath,
+		"--etcd-certfile=" + p.APIServerEtcdClient.CertPath,
+		"--etcd-keyfile=" + p.APIServerEtcdClient.KeyPath,
+		"--bind-address=" + cp.opts.BindAddress,
+		"--advertise-address=" + cp.advertise.String(),
+		"--secure-port=" + strconv.Itoa(cp.opts.APIServerPort),
+		"--tls-cert-file=" + p.APIServer.CertPath,
+		"--tls-private-key-file=" + p.APIServer.KeyPath,
+		"--client-ca-file=" + p.CA.CertPath,
+		"--service-account-key-file=" + p.ServiceAccountPub,
+		"--service-account-signing-key-file=" + p.ServiceAccountKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=" + cp.opts.ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--cert-dir=" + filepath.Join(cp.dataDir, "apiserver-certs"),
+		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(cp.opts.RetryAfterIfNotInitialized),
+		"--startup-retry-after=" + cp.opts.RetryAfter.String(),
+	}
+	// The kubernetes Endpoints may not hold loopback addresses; a server that
+	// only listens on loopback has no address to publish there.
+	if cp.advertise.IsLoopback() {
+		args = append(args, "--endpoint-reconciler-type=none")
+	}
+	return append(args, cp.opts.ExtraAPIServerArgs...)
+}
+
+// Close releases the data directory lock. It does not stop the children.
+func (cp *ControlPlane) Close() {
+	if cp.lock != nil {
+		cp.lock.Close()
+		cp.lock = nil
+	}
+}
+
+func (cp *ControlPlane) progressf(format string, args ...any) {
+	if cp.opts.Out != nil {
+		fmt.Fprintf(cp.opts.Out, format+"\n", args...)
+	}
+}
+
+// StartEtcd starts etcd and waits until it answers /health.
+func (cp *ControlPlane) StartEtcd(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	if err := cp.Etcd.Start(); err != nil {
+		return 0, err
+	}
+	if err := cp.waitEtcd(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
+	pair, err := tls.X509KeyPair(cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cp.pki.EtcdCA.Cert)
+	return &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}},
+	}, nil
+}
+
+func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
+	client, err := cp.etcdHTTPClient()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	return cp.poll(ctx, cp.Etcd, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var health struct {
+			Health string `json:"health"`
+			Reason string `json:"reason"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&health)
+		if resp.StatusCode == http.StatusOK && health.Health == "true" {
+			return true, ""
+		}
+		return false, fmt.Sprintf("/health: %d %s", resp.StatusCode, health.Reason)
+	})
+}
+
+// StartAPIServer starts the API server without waiting for it.
+func (cp *ControlPlane) StartAPIServer() error { return cp.APIServer.Start() }
+
+// WaitAPIServerReady waits until the API server's /readyz answers 200,
+// printing which checks are still pending every few seconds.
+func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	rc := client.Discovery().RESTClient()
+	var lastShown time.Time
+	return cp.poll(ctx, cp.APIServer, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		var code int
+		body, err := rc.Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
+		if code == http.StatusOK {
+			return true, ""
+		}
+		status := "not listening yet"
+		if code != 0 {
+			status = "readiness checks pending: " + strings.Join(PendingChecks(string(body)), ", ")
+		} else if err != nil && !isConnRefused(err) {
+			status = err.Error()
+		}
+		if time.Since(lastShown) >= 3*time.Second {
+			lastShown = time.Now()
+			cp.progressf("  waiting for apiserver: %s", status)
+		}
+		return false, status
+	})
+}
+
+// PendingChecks returns the names of the failing checks in a verbose /readyz
+// or /livez answer (lines like "[-]poststarthook/rbac/bootstrap-roles failed: ...").
+func PendingChecks(verbose string) []string {
+	var out []string
+	for _, line := range strings.Split(verbose, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "[-]")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		if name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func isConnRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// poll calls check until it succeeds, the process exits (an error with the
+// end of its log), ctx ends, or ReadyTimeout passes.
+func (cp *ControlPlane) poll(ctx context.Context, p *Process, interval time.Duration, check func(context.Context) (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, cp.opts.ReadyTimeout)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := ""
+	for {
+		ok, status := check(ctx)
+		if ok {
+			return nil
+		}
+		last = status
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("%s exited while starting (%v); last lines of %s:\n%s", p.Name, p.Err(), p.LogPath, p.LogTail(15))
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%s not ready after %v (%s); see %s", p.Name, cp.opts.ReadyTimeout, last, p.LogPath)
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops the API server, then etcd, each with the configured grace.
+func (cp *ControlPlane) Stop() {
+	for _, p := range []*Process{cp.APIServer, cp.Etcd} {
+		if p.Exited() == nil {
+			continue
+		}
+		select {
+		case <-p.Exited():
+			continue
+		default:
+		}
+		cp.progressf("stopping %s", p.Name)
+		if !p.Stop(cp.opts.StopGrace) {
+			cp.progressf("%s did not stop within %v and was killed", p.Name, cp.opts.StopGrace)
+		}
+	}
+}
+
+// Run is "steadyplane up": prepare, start etcd and the API server, print how
+// to reach the cluster, restart a child that dies, and stop both when ctx ends.
+func Run(ctx context.Context, o Options) error {
+	cp, err := Prepare(o)
+	if err != nil {
+		return err
+	}
+	defer cp.Close()
+	defer cp.Stop()
+	cp.progressf("data directory %s (certificates in pki/, logs in logs/)", cp.dataDir)
+
+	cp.progressf("starting etcd (log: %s)", cp.Etcd.LogPath)
+	d, err := cp.StartEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	cp.progressf("etcd ready in %.1fs (%s)", d.Seconds(), cp.etcdClientURL())
+
+	cp.progressf("starting apiserver (log: %s)", cp.APIServer.LogPath)
+	start := time.Now()
+	if err := cp.StartAPIServer(); err != nil {
+		return err
+	}
+	if err := cp.WaitAPIServerReady(ctx); err != nil {
+		return err
+	}
+	cp.progressf("apiserver ready in %.1fs (%s)", time.Since(start).Seconds(), cp.APIServerURL())
+	cp.progressf("kubeconfig: %s", cp.kubeconfig)
+	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
+	cp.progressf("steadyplane is up; press Ctrl-C to stop")
+	return cp.supervise(ctx)
+}
+
+// supervise restarts a child that exits until ctx ends, with the kubelet's
+// style of backoff (doubling from 1s to 30s, forgotten after a long healthy run).
+func (cp *ControlPlane) supervise(ctx context.Context) error {
+	backoff := flowcontrol.NewBackOff(time.Second, 30*time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			cp.progressf("shutting down")
+			return nil
+		case <-cp.Etcd.Exited():
+			if err := cp.restart(ctx, cp.Etcd, backoff, cp.waitEtcd); err != nil {
+				return err
+			}
+		case <-cp.APIServer.Exited():
+			if err := cp.restart(ctx, cp.APIServer, backoff, cp.WaitAPIServerReady); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowcontrol.Backoff, wait func(context.Context) error) error {
+	backoff.Next(p.Name, backoff.Clock.Now())
+	delay := backoff.Get(p.Name)
+	cp.progressf("%s exited unexpectedly (%v); restarting in %v. Last lines of %s:\n%s", p.Name, p.Err(), delay, p.LogPath, p.LogTail(10))
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(delay):
+	}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	if err := wait(ctx); err != nil {
+		cp.progressf("%s did not become ready after restart: %v", p.Name, err)
+		return nil // its exit, if it comes, is handled by the next loop turn
+	}
+	cp.progressf("%s ready again", p.Name)
+	return nil
+}

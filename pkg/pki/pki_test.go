@@ -1,0 +1,253 @@
+package pki
+
+import (
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+)
+
+func newStore(t *testing.T) *Store {
+	return &Store{Dir: filepath.Join(t.TempDir(), "pki"), Logf: t.Logf}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	certs, err := certutil.CertsFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs[0]
+}
+
+func TestEnsureClusterCreatesEverything(t *testing.T) {
+	s := newStore(t)
+	advertise := net.ParseIP("10.0.0.7")
+	c, err := s.EnsureCluster(ClusterConfig{APIServerIPs: []net.IP{advertise, net.ParseIP("10.96.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := readCert(t, c.APIServer.CertPath)
+	for _, name := range append([]string{"localhost"}, KubernetesServiceDNSNames...) {
+		if !slices.Contains(api.DNSNames, name) {
+			t.Errorf("serving certificate lacks %s: %v", name, api.DNSNames)
+		}
+	}
+	for _, ip := range []string{"127.0.0.1", "10.0.0.7", "10.96.0.1"} {
+		if !slices.ContainsFunc(api.IPAddresses, net.ParseIP(ip).Equal) {
+			t.Errorf("serving certificate lacks %s: %v", ip, api.IPAddresses)
+		}
+	}
+	if _, err := api.Verify(x509.VerifyOptions{DNSName: "kubernetes.default", Roots: pool(c.CA)}); err != nil {
+		t.Errorf("serving certificate does not verify as kubernetes.default: %v", err)
+	}
+	admin := readCert(t, c.Admin.CertPath)
+	if !slices.Equal(admin.Subject.Organization, []string{MastersGroup}) {
+		t.Errorf("admin organization %v", admin.Subject.Organization)
+	}
+	if _, err := admin.Verify(x509.VerifyOptions{Roots: pool(c.CA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("admin certificate: %v", err)
+	}
+	// The etcd client certificate must not be trusted by the cluster CA, and
+	// cluster client certificates must not open etcd.
+	etcdClient := readCert(t, c.APIServerEtcdClient.CertPath)
+	if _, err := etcdClient.Verify(x509.VerifyOptions{Roots: pool(c.CA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err == nil {
+		t.Error("etcd client certificate verifies against the cluster CA")
+	}
+	if _, err := admin.Verify(x509.VerifyOptions{Roots: pool(c.EtcdCA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err == nil {
+		t.Error("admin certificate verifies against the etcd CA")
+	}
+
+	// Every key is 0600.
+	entries, _ := os.ReadDir(s.Dir)
+	keys := 0
+	for _, e := range entries {
+		info, _ := e.Info()
+		if strings.HasSuffix(e.Name(), ".key") {
+			keys++
+			if info.Mode().Perm() != 0o600 {
+				t.Errorf("%s has mode %v, want 0600", e.Name(), info.Mode().Perm())
+			}
+		}
+	}
+	if keys != 7 {
+		t.Errorf("%d key files, want 7", keys)
+	}
+	if st, _ := os.Stat(s.Dir); st.Mode().Perm() != 0o700 {
+		t.Errorf("PKI directory mode %v", st.Mode().Perm())
+	}
+}
+
+func pool(a *Authority) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(a.Cert)
+	return p
+}
+
+func TestEnsureClusterReusesFiles(t *testing.T) {
+	s := newStore(t)
+	cfg := ClusterConfig{APIServerIPs: []net.IP{net.ParseIP("10.0.0.7")}}
+	first, err := s.EnsureCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.EnsureCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first.APIServer.CertPEM) != string(second.APIServer.CertPEM) || string(first.CA.CertPEM) != string(second.CA.CertPEM) {
+		t.Error("a second start issued new certificates although the old ones fit")
+	}
+}
+
+func TestNewAddressReissuesServingCertKeepingKeyAndCA(t *testing.T) {
+	s := newStore(t)
+	first, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.EnsureCluster(ClusterConfig{APIServerIPs: []net.IP{net.ParseIP("192.0.2.10")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first.APIServer.CertPEM) == string(second.APIServer.CertPEM) {
+		t.Fatal("serving certificate not issued again for a new address")
+	}
+	if string(first.APIServer.KeyPEM) != string(second.APIServer.KeyPEM) {
+		t.Error("reissuing changed the key")
+	}
+	if string(first.CA.CertPEM) != string(second.CA.CertPEM) {
+		t.Error("reissuing changed the CA")
+	}
+	if !slices.ContainsFunc(readCert(t, second.APIServer.CertPath).IPAddresses, net.ParseIP("192.0.2.10").Equal) {
+		t.Error("new address missing")
+	}
+}
+
+func TestExpiringCertIsRenewed(t *testing.T) {
+	s := newStore(t)
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	first, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(LeafValidity - RenewBefore + time.Hour)
+	second, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first.Admin.CertPEM) == string(second.Admin.CertPEM) {
+		t.Error("certificate close to expiry was not renewed")
+	}
+	if string(first.CA.CertPEM) != string(second.CA.CertPEM) {
+		t.Error("the CA changed")
+	}
+}
+
+func TestDamagedFiles(t *testing.T) {
+	t.Run("corrupt leaf is issued again", func(t *testing.T) {
+		s := newStore(t)
+		c, err := s.EnsureCluster(ClusterConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c.APIServer.CertPath, []byte("-----BEGIN CERTIFICATE-----\ngarbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c2, err := s.EnsureCluster(ClusterConfig{})
+		if err != nil {
+			t.Fatalf("a torn leaf certificate should be issued again: %v", err)
+		}
+		readCert(t, c2.APIServer.CertPath)
+	})
+	t.Run("corrupt CA is an error naming the file", func(t *testing.T) {
+		s := newStore(t)
+		c, err := s.EnsureCluster(ClusterConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.ReadFile(c.CA.CertPath)
+		if err := os.WriteFile(filepath.Join(s.Dir, "ca.key"), []byte("not a key"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.EnsureCluster(ClusterConfig{})
+		if err == nil || !strings.Contains(err.Error(), "ca.key") {
+			t.Fatalf("err = %v, want an error naming ca.key", err)
+		}
+		after, _ := os.ReadFile(c.CA.CertPath)
+		if string(before) != string(after) {
+			t.Error("the CA certificate was replaced")
+		}
+	})
+	t.Run("half a CA is an error", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.EnsureCluster(ClusterConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(s.Dir, "etcd-ca.crt")); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.EnsureCluster(ClusterConfig{})
+		if err == nil || !strings.Contains(err.Error(), "only one of") {
+			t.Fatalf("err = %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir, "etcd-ca.crt")); err == nil {
+			t.Error("a new etcd CA was created over the remaining key")
+		}
+	})
+	t.Run("CA key of another CA", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.EnsureCluster(ClusterConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := os.ReadFile(filepath.Join(s.Dir, "etcd-ca.key"))
+		if err := os.WriteFile(filepath.Join(s.Dir, "ca.key"), other, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EnsureCluster(ClusterConfig{}); err == nil || !strings.Contains(err.Error(), "does not belong") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("corrupt service-account key is an error", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.EnsureCluster(ClusterConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, "sa.key"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EnsureCluster(ClusterConfig{}); err == nil || !strings.Contains(err.Error(), "sa.key") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestWriteKubeconfig(t *testing.T) {
+	s := newStore(t)
+	c, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := WriteKubeconfig(path, "https://127.0.0.1:6443", "admin", c.CA, c.Admin); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode %v", st.Mode().Perm())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://127.0.0.1:6443" || len(cfg.CAData) == 0 || len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 || cfg.Insecure {
+		t.Errorf("unexpected rest config %+v", cfg)
+	}
+}
