@@ -1,0 +1,257 @@
+// Package e2e runs whole-system scenarios: the steadyplane binary as a user
+// runs it, and kubectl as the client.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/steadyplane/steadyplane/internal/testenv"
+)
+
+// upProcess is a running "steadyplane up".
+type upProcess struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	output []string
+	upCh   chan struct{}
+	done   chan struct{}
+}
+
+func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "up",
+		"--data-dir", dataDir,
+		"--apiserver-port", strconv.Itoa(ports[0]),
+		"--etcd-client-port", strconv.Itoa(ports[1]),
+		"--etcd-peer-port", strconv.Itoa(ports[2]),
+	)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &upProcess{cmd: cmd, upCh: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		upSeen := false
+		for sc.Scan() {
+			line := sc.Text()
+			t.Logf("up: %s", line)
+			p.mu.Lock()
+			p.output = append(p.output, line)
+			p.mu.Unlock()
+			if !upSeen && strings.Contains(line, "steadyplane is up") {
+				upSeen = true
+				close(p.upCh)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *upProcess) waitUp(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.upCh:
+	case <-p.done:
+		t.Fatalf("steadyplane up exited before it was up:\n%s", p.text())
+	case <-time.After(timeout):
+		t.Fatalf("steadyplane up not up after %v:\n%s", timeout, p.text())
+	}
+}
+
+func (p *upProcess) text() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.output, "\n")
+}
+
+// stop sends SIGTERM, as Ctrl-C or a service manager would, and waits.
+func (p *upProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("steadyplane up did not stop within 90s after SIGTERM:\n%s", p.text())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("steadyplane up exited with %d after SIGTERM", code)
+	}
+}
+
+func kubectl(t *testing.T, ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	bin, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// childPids lists processes whose command line mentions dataDir: the children
+// "up" started from it.
+func childPids(dataDir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), dataDir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func TestUpKubectlRestartKeepsObjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs steadyplane up")
+	}
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dataDir := filepath.Join(t.TempDir(), "sp")
+	ports, err := testenv.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
+
+	first := startUp(t, bin, dataDir, ports)
+	first.waitUp(t, 4*time.Minute)
+	out := first.text()
+	for _, want := range []string{"etcd ready in", "apiserver ready in", "kubeconfig: " + kubeconfig} {
+		if !strings.Contains(out, want) {
+			t.Errorf("progress output lacks %q", want)
+		}
+	}
+
+	got, err := kubectl(t, ctx, kubeconfig, "get", "namespaces", "-o", "name")
+	if err != nil || !strings.Contains(got, "namespace/default") || !strings.Contains(got, "namespace/kube-system") {
+		t.Fatalf("kubectl get namespaces: %v\n%s", err, got)
+	}
+	if got, err := kubectl(t, ctx, kubeconfig, "create", "namespace", "e2e-persist"); err != nil {
+		t.Fatalf("kubectl create namespace: %v\n%s", err, got)
+	}
+	if got, err := kubectl(t, ctx, kubeconfig, "version", "-o", "json"); err != nil || !strings.Contains(got, `"gitVersion": "v1.36`) {
+		t.Errorf("kubectl version: %v\n%s", err, got)
+	}
+
+	// A second "up" on the same data directory must refuse, not corrupt it.
+	second := exec.CommandContext(ctx, bin, "up", "--data-dir", dataDir, "--apiserver-port", "1", "--etcd-client-port", "2", "--etcd-peer-port", "3")
+	if b, err := second.CombinedOutput(); err == nil || !strings.Contains(string(b), "in use by another steadyplane") {
+		t.Errorf("second up on the same data directory: %v\n%s", err, b)
+	}
+
+	// Secrets are private.
+	for _, f := range []string{"admin.kubeconfig", "pki/ca.key", "pki/sa.key", "pki/apiserver.key", "pki/etcd-ca.key"} {
+		st, err := os.Stat(filepath.Join(dataDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", f, st.Mode().Perm())
+		}
+	}
+
+	if len(childPids(dataDir)) < 2 {
+		t.Errorf("expected etcd and apiserver children, found pids %v", childPids(dataDir))
+	}
+	first.stop(t)
+	if !strings.Contains(first.text(), "stopping apiserver") || !strings.Contains(first.text(), "stopping etcd") {
+		t.Errorf("shutdown did not stop apiserver then etcd:\n%s", first.text())
+	}
+	if pids := childPids(dataDir); len(pids) != 0 {
+		t.Errorf("processes left running after up stopped: %v", pids)
+	}
+
+	// Up again on the same directory: the namespace is still there.
+	again := startUp(t, bin, dataDir, ports)
+	again.waitUp(t, 4*time.Minute)
+	if !strings.Contains(again.text(), "pki: reusing CA") {
+		t.Errorf("second run did not reuse the CA:\n%s", again.text())
+	}
+	if got, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "e2e-persist", "-o", "name"); err != nil || strings.TrimSpace(got) != "namespace/e2e-persist" {
+		t.Errorf("namespace created before the restart: %v\n%s", err, got)
+	}
+	again.stop(t)
+}
+
+func TestUpRestartsADeadAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs steadyplane up")
+	}
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dataDir := filepath.Join(t.TempDir(), "sp")
+	ports, err := testenv.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startUp(t, bin, dataDir, ports)
+	p.waitUp(t, 4*time.Minute)
+
+	var apiserverPid int
+	for _, pid := range childPids(dataDir) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), bin+" apiserver") {
+			apiserverPid = pid
+		}
+	}
+	if apiserverPid == 0 {
+		t.Fatal("apiserver child not found")
+	}
+	if err := syscall.Kill(apiserverPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(p.text(), "apiserver ready again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("apiserver not restarted:\n%s", p.text())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
+	if got, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name"); err != nil {
+		t.Errorf("after restart: %v\n%s", err, got)
+	}
+	p.stop(t)
+}
