@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -29,7 +26,7 @@ authentication, and the peer-* equivalents for member-to-member traffic.`,
     --peer-cert-file etcd.crt --peer-key-file etcd.key --peer-trusted-ca-file etcd-ca.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			return etcd.Run(ctx, o, func(e *embed.Etcd) {
 				fmt.Fprintf(cmd.OutOrStdout(), "etcd ready: member %s serving clients on %v\n", o.Name, o.ListenClientURLs)

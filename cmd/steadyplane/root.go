@@ -1,6 +1,11 @@
 package main
 
 import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/spf13/cobra"
 
 	"github.com/steadyplane/steadyplane/pkg/apiserver"
@@ -25,4 +30,10 @@ Start a single-node control plane in ./.steadyplane with:
 		newCertsCommand(),
 	)
 	return root
+}
+
+// signalContext returns the command's context, ended by Ctrl-C or SIGTERM so
+// that the command can shut down in order.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 }

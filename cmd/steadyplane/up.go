@@ -1,10 +1,6 @@
 package main
 
 import (
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
@@ -26,7 +22,7 @@ keeps every object created before.`,
   steadyplane up --data-dir /tmp/sp --apiserver-port 7443 --apiserver-arg=--v=2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			o.Out = cmd.OutOrStdout()
 			return controlplane.Run(ctx, *o)

@@ -135,20 +135,7 @@ func childPids(dataDir string) []int {
 }
 
 func TestUpKubectlRestartKeepsObjects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs steadyplane up")
-	}
-	bin, err := testenv.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	dataDir := filepath.Join(t.TempDir(), "sp")
-	ports, err := testenv.FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, dataDir, ports, ctx := setup(t, 10*time.Minute)
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
 
 	first := startUp(t, bin, dataDir, ports)
@@ -212,20 +199,7 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 }
 
 func TestUpRestartsADeadAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs steadyplane up")
-	}
-	bin, err := testenv.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	dataDir := filepath.Join(t.TempDir(), "sp")
-	ports, err := testenv.FreePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, dataDir, ports, ctx := setup(t, 8*time.Minute)
 	p := startUp(t, bin, dataDir, ports)
 	p.waitUp(t, 4*time.Minute)
 
@@ -254,4 +228,24 @@ func TestUpRestartsADeadAPIServer(t *testing.T) {
 		t.Errorf("after restart: %v\n%s", err, got)
 	}
 	p.stop(t)
+}
+
+// setup skips in -short mode and returns the binary, a fresh data directory,
+// three free loopback ports and a context bounded by timeout.
+func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []int, ctx context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs steadyplane up")
+	}
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	ports, err = testenv.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, filepath.Join(t.TempDir(), "sp"), ports, ctx
 }

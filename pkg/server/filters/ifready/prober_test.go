@@ -27,13 +27,7 @@ func TestProbeUntilInitializedSetsLatchOnFirstFullReadyz(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	client, err := rest.UnversionedRESTClientFor(&rest.Config{
-		Host:          srv.URL,
-		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := restClientFor(t, srv.URL)
 	latch := NewLatch(clock.RealClock{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -51,13 +45,7 @@ func TestProbeUntilInitializedStopsWithContext(t *testing.T) {
 		http.Error(w, "never ready", http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	client, err := rest.UnversionedRESTClientFor(&rest.Config{
-		Host:          srv.URL,
-		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := restClientFor(t, srv.URL)
 	latch := NewLatch(clock.RealClock{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -69,4 +57,16 @@ func TestProbeUntilInitializedStopsWithContext(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("prober returned %v after its context ended", d)
 	}
+}
+
+func restClientFor(t *testing.T, host string) rest.Interface {
+	t.Helper()
+	client, err := rest.UnversionedRESTClientFor(&rest.Config{
+		Host:          host,
+		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }

@@ -1,0 +1,173 @@
+package controlplane
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPendingChecks(t *testing.T) {
+	verbose := `[+]ping ok
+[+]etcd ok
+[-]poststarthook/rbac/bootstrap-roles failed: reason withheld
+[+]poststarthook/generic-apiserver-start-informers ok
+[-]poststarthook/steadyplane-initialization-probe failed: not finished
+readyz check failed
+`
+	got := PendingChecks(verbose)
+	want := []string{"poststarthook/rbac/bootstrap-roles", "poststarthook/steadyplane-initialization-probe"}
+	if !slices.Equal(got, want) {
+		t.Errorf("PendingChecks = %v, want %v", got, want)
+	}
+	if got := PendingChecks("ok"); len(got) != 0 {
+		t.Errorf("PendingChecks(ok) = %v", got)
+	}
+	if got := PendingChecks("[-]"); len(got) != 0 {
+		t.Errorf("PendingChecks of a bare marker = %v", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Options)
+		wantErr string
+	}{
+		{"defaults", func(*Options) {}, ""},
+		{"bad bind", func(o *Options) { o.BindAddress = "localhost" }, "--bind-address"},
+		{"bad advertise", func(o *Options) { o.AdvertiseAddress = "10.0.0" }, "--advertise-address"},
+		{"port zero", func(o *Options) { o.APIServerPort = 0 }, "--apiserver-port=0"},
+		{"port too big", func(o *Options) { o.EtcdPeerPort = 70000 }, "--etcd-peer-port"},
+		{"same etcd ports", func(o *Options) { o.EtcdPeerPort = o.EtcdClientPort }, "must differ"},
+		{"bad cidr", func(o *Options) { o.ServiceCIDR = "10.96.0.0" }, "--service-cidr"},
+		{"empty data dir", func(o *Options) { o.DataDir = "" }, "--data-dir"},
+	}
+	for _, tc := range tests {
+		o := NewOptions()
+		tc.mutate(o)
+		err := o.validate()
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+func prepared(t *testing.T, mutate func(*Options)) *ControlPlane {
+	t.Helper()
+	o := NewOptions()
+	o.DataDir = filepath.Join(t.TempDir(), "sp")
+	o.Binary = "/bin/true"
+	mutate(o)
+	cp, err := Prepare(*o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	return cp
+}
+
+func TestPrepareArguments(t *testing.T) {
+	cp := prepared(t, func(o *Options) { o.ExtraAPIServerArgs = []string{"--v=4"} })
+	args := cp.APIServer.Args
+	for _, want := range []string{
+		"--endpoint-reconciler-type=none", // loopback cannot be published in Endpoints
+		"--authorization-mode=Node,RBAC",
+		"--startup-send-retry-after-if-not-initialized=true",
+		"--bind-address=127.0.0.1",
+	} {
+		if !slices.Contains(args, want) {
+			t.Errorf("apiserver args lack %s", want)
+		}
+	}
+	if args[len(args)-1] != "--v=4" {
+		t.Errorf("extra args must come last to override: %v", args)
+	}
+	if cp.APIServerURL() != "https://127.0.0.1:6443" {
+		t.Errorf("URL %s", cp.APIServerURL())
+	}
+	for _, a := range cp.Etcd.Args {
+		if strings.HasPrefix(a, "--listen-") && !strings.Contains(a, "https://127.0.0.1:") {
+			t.Errorf("etcd must listen on loopback over TLS: %s", a)
+		}
+	}
+	if st, err := os.Stat(cp.Kubeconfig()); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig: %v %v", err, st)
+	}
+
+	routable := prepared(t, func(o *Options) { o.AdvertiseAddress = "192.0.2.10" })
+	if slices.Contains(routable.APIServer.Args, "--endpoint-reconciler-type=none") {
+		t.Error("a routable advertise address should be published by the lease reconciler")
+	}
+}
+
+func TestPrepareLocksTheDataDirectory(t *testing.T) {
+	cp := prepared(t, func(*Options) {})
+	o := NewOptions()
+	o.DataDir = cp.DataDir()
+	o.Binary = "/bin/true"
+	if _, err := Prepare(*o); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	cp.Close()
+	again, err := Prepare(*o)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	again.Close()
+}
+
+func TestProcessStopAndLogTail(t *testing.T) {
+	dir := t.TempDir()
+	p := &Process{Name: "sleeper", Binary: "/bin/sh", Args: []string{"-c", "echo one; echo two; exec sleep 30"}, LogPath: filepath.Join(dir, "logs", "p.log")}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasSuffix(p.LogTail(1), "two") {
+		if time.Now().After(deadline) {
+			t.Fatalf("log tail %q", p.LogTail(5))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !p.Stop(5 * time.Second) {
+		t.Error("sleep did not stop on SIGTERM")
+	}
+	if p.Err() == nil {
+		t.Error("a process stopped by a signal should report it")
+	}
+	if got := p.LogTail(2); got != "one\ntwo" {
+		t.Errorf("LogTail(2) = %q", got)
+	}
+	if st, _ := os.Stat(p.LogPath); st.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v", st.Mode().Perm())
+	}
+}
+
+func TestProcessKilledAfterGrace(t *testing.T) {
+	p := &Process{Name: "stubborn", Binary: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo trapped-$((40+2)); while :; do sleep 0.05; done"}, LogPath: filepath.Join(t.TempDir(), "p.log")}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	// The log's header line repeats the arguments; only the shell prints "trapped-42".
+	for !strings.Contains(p.LogTail(1), "trapped-42") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Stop(300 * time.Millisecond) {
+		t.Error("a process ignoring SIGTERM reported a clean stop")
+	}
+	select {
+	case <-p.Exited():
+	default:
+		t.Error("process still running after Stop")
+	}
+}
