@@ -7,11 +7,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 )
@@ -134,10 +134,10 @@ func WaitListening(ctx context.Context, addr string, exited <-chan struct{}) err
 // IsLoopbackURL reports whether a URL's host is a loopback address; tests
 // assert it before they dial anything.
 func IsLoopbackURL(u string) bool {
-	host := strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://")
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return false
 	}
-	ip := net.ParseIP(host)
+	ip := net.ParseIP(parsed.Hostname())
 	return ip != nil && ip.IsLoopback()
 }

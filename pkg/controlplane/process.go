@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -120,16 +119,6 @@ func (p *Process) Stop(grace time.Duration) bool {
 		_ = p.Signal(syscall.SIGKILL)
 		<-exited
 		return false
-	}
-}
-
-// Wait blocks until the process exits or ctx ends.
-func (p *Process) Wait(ctx context.Context) error {
-	select {
-	case <-p.Exited():
-		return p.Err()
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

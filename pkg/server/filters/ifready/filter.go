@@ -107,12 +107,10 @@ func IsFullReadyzCheck(r *http.Request) bool {
 // Values shared by every response: headers are set by map assignment of these
 // slices so that the ready path allocates nothing. net/http only reads them.
 var (
-	readyTrue     = []string{"true"}
-	readyFalse    = []string{"false"}
-	jsonType      = []string{"application/json"}
-	noSniff       = []string{"nosniff"}
-	headerReady   = protocol.HeaderReady
-	headerIfReady = protocol.HeaderIfReady
+	readyTrue  = []string{"true"}
+	readyFalse = []string{"false"}
+	jsonType   = []string{"application/json"}
+	noSniff    = []string{"nosniff"}
 )
 
 // WithRetryAfterUntilInitialized wraps handler with the KEP-3028 filter. Until
@@ -132,20 +130,20 @@ func WithRetryAfterUntilInitialized(handler http.Handler, latch *Latch, retryAft
 
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		initialized := latch.IsSet()
-		_, hasHeader := req.Header[headerIfReady]
+		_, hasHeader := req.Header[protocol.HeaderIfReady]
 		action := Pass
 		if hasHeader {
 			action = Decide(true, IsExemptPath(req.URL.Path), initialized)
 		}
 		switch action {
 		case PassMarkedReady:
-			w.Header()[headerReady] = readyTrue
+			w.Header()[protocol.HeaderReady] = readyTrue
 		case PassMarkedNotReady:
-			w.Header()[headerReady] = readyFalse
+			w.Header()[protocol.HeaderReady] = readyFalse
 		case Refuse:
 			rejectedRequests.Inc()
 			h := w.Header()
-			h[headerReady] = readyFalse
+			h[protocol.HeaderReady] = readyFalse
 			h["Retry-After"] = retryAfterValue
 			h["Content-Type"] = jsonType
 			h["X-Content-Type-Options"] = noSniff
