@@ -38,6 +38,7 @@ keeps every object created before.`,
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "Range of service cluster IPs; its first address is the kubernetes service's.")
 	fs.BoolVar(&o.RetryAfterIfNotInitialized, "startup-send-retry-after-if-not-initialized", o.RetryAfterIfNotInitialized, "KEP-3028: refuse requests carrying X-Kubernetes-If-Ready with 503 + Retry-After until the API server has initialized.")
 	fs.DurationVar(&o.RetryAfter, "startup-retry-after", o.RetryAfter, "Retry-After delay sent while the API server initializes.")
+	fs.BoolVar(&o.AlternativeServices, "enable-alternative-services", o.AlternativeServices, "KEP-3037: send authenticated HTTP/2 clients an Alt-Svc header listing the live API servers (nothing while this is the only one).")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long to wait for etcd and for the API server to become ready.")
 	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "How long each component may take to stop before it is killed.")

@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/internal/buildinfo"
+	"github.com/steadyplane/steadyplane/pkg/server/filters/altsvc"
 	"github.com/steadyplane/steadyplane/pkg/server/filters/ifready"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// InitializationProbeInterval is how often the server asks its own /readyz
 	// until it first answers 200.
 	InitializationProbeInterval time.Duration
+	// EnableAlternativeServices enables the KEP-3037 Alt-Svc filter.
+	EnableAlternativeServices bool
+	// AlternativeServicesMaxAge is the "ma" of each advertised API server.
+	AlternativeServicesMaxAge time.Duration
 }
 
 // NewOptions returns the defaults of "steadyplane apiserver": every addition off.
@@ -55,6 +60,7 @@ func NewOptions() *Options {
 	return &Options{
 		RetryAfter:                  ifready.DefaultRetryAfter,
 		InitializationProbeInterval: ifready.DefaultProbeInterval,
+		AlternativeServicesMaxAge:   altsvc.DefaultMaxAge,
 	}
 }
 
@@ -66,6 +72,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Delay sent in Retry-After while the server initializes; rounded to whole seconds, at least 1s.")
 	fs.DurationVar(&o.InitializationProbeInterval, "startup-readyz-probe-interval", o.InitializationProbeInterval,
 		"How often the server checks its own /readyz until it first answers OK.")
+	fs.BoolVar(&o.EnableAlternativeServices, "enable-alternative-services", o.EnableAlternativeServices,
+		"Send authenticated HTTP/2 clients an Alt-Svc header listing the ready API servers of the default/kubernetes Endpoints, so that clients can fail over without a load balancer (KEP-3037). Nothing is sent while fewer than two API servers are live.")
+	fs.DurationVar(&o.AlternativeServicesMaxAge, "alternative-services-max-age", o.AlternativeServicesMaxAge,
+		"How long a client may keep an advertised API server it has not heard of again (the Alt-Svc ma parameter).")
 }
 
 // Validate reports every invalid option.
@@ -76,6 +86,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.InitializationProbeInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--startup-readyz-probe-interval=%v: want a positive duration", o.InitializationProbeInterval))
+	}
+	if o.AlternativeServicesMaxAge < time.Second || o.AlternativeServicesMaxAge > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--alternative-services-max-age=%v: want between 1s and 168h", o.AlternativeServicesMaxAge))
 	}
 	return errs
 }
@@ -178,9 +191,35 @@ func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error 
 // so the server behaves exactly as upstream's (it never sets
 // X-Kubernetes-Ready, which is how clients tell an older server).
 func InstallFilters(c *genericapiserver.Config, sp *Options, clk clock.PassiveClock) {
-	if !sp.SendRetryAfterIfNotInitialized {
-		return
+	if sp.EnableAlternativeServices {
+		installAlternativeServices(c, sp.AlternativeServicesMaxAge)
 	}
+	if sp.SendRetryAfterIfNotInitialized {
+		installRetryAfterUntilInitialized(c, sp, clk)
+	}
+}
+
+// installAlternativeServices puts the KEP-3037 filter around the API handler,
+// inside authentication: only authenticated callers learn the addresses.
+func installAlternativeServices(c *genericapiserver.Config, maxAge time.Duration) {
+	altsvc.RegisterMetrics()
+	adv := &altsvc.Advertisement{}
+	base := c.BuildHandlerChainFunc
+	c.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		return base(altsvc.WithAlternativeServices(apiHandler, adv), c)
+	}
+	c.AddPostStartHookOrDie("steadyplane-alternative-services", func(hc genericapiserver.PostStartHookContext) error {
+		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+		if err != nil {
+			return fmt.Errorf("loopback client for alternative services: %w", err)
+		}
+		go altsvc.Watch(hc, client, adv, maxAge)
+		return nil
+	})
+	klog.InfoS("KEP-3037 enabled: authenticated HTTP/2 clients are sent Alt-Svc with the ready API servers", "maxAge", maxAge)
+}
+
+func installRetryAfterUntilInitialized(c *genericapiserver.Config, sp *Options, clk clock.PassiveClock) {
 	ifready.RegisterMetrics()
 	latch := ifready.NewLatch(clk)
 	base := c.BuildHandlerChainFunc

@@ -49,6 +49,9 @@ type Options struct {
 	RetryAfterIfNotInitialized bool
 	// RetryAfter is the KEP-3028 delay.
 	RetryAfter time.Duration
+	// AlternativeServices turns on the KEP-3037 Alt-Svc filter. A single
+	// server advertises nothing; it matters once more API servers share etcd.
+	AlternativeServices bool
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.
 	ExtraAPIServerArgs []string
@@ -74,6 +77,7 @@ func NewOptions() *Options {
 		ServiceCIDR:                "10.96.0.0/16",
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
+		AlternativeServices:        true,
 		ReadyTimeout:               3 * time.Minute,
 		StopGrace:                  30 * time.Second,
 	}
@@ -216,16 +220,34 @@ func (cp *ControlPlane) etcdClientURL() string {
 
 func (cp *ControlPlane) etcdArgs() []string {
 	peer := "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdPeerPort)
-	p := cp.pki
+	return EtcdArgs(cp.pki, EtcdMember{
+		Name:           "steadyplane",
+		DataDir:        filepath.Join(cp.dataDir, "etcd"),
+		ClientURL:      cp.etcdClientURL(),
+		PeerURL:        peer,
+		InitialCluster: "steadyplane=" + peer,
+	})
+}
+
+// EtcdMember is what differs between the members of an etcd cluster.
+type EtcdMember struct {
+	Name, DataDir, ClientURL, PeerURL string
+	// InitialCluster is etcd's --initial-cluster: name=peerURL,...
+	InitialCluster string
+}
+
+// EtcdArgs returns the arguments of "steadyplane etcd" for member m, with
+// TLS and client-certificate auth from the cluster's etcd CA.
+func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
 	return []string{
 		"etcd",
-		"--name=steadyplane",
-		"--data-dir=" + filepath.Join(cp.dataDir, "etcd"),
-		"--listen-client-urls=" + cp.etcdClientURL(),
-		"--advertise-client-urls=" + cp.etcdClientURL(),
-		"--listen-peer-urls=" + peer,
-		"--initial-advertise-peer-urls=" + peer,
-		"--initial-cluster=steadyplane=" + peer,
+		"--name=" + m.Name,
+		"--data-dir=" + m.DataDir,
+		"--listen-client-urls=" + m.ClientURL,
+		"--advertise-client-urls=" + m.ClientURL,
+		"--listen-peer-urls=" + m.PeerURL,
+		"--initial-advertise-peer-urls=" + m.PeerURL,
+		"--initial-cluster=" + m.InitialCluster,
 		"--cert-file=" + p.EtcdServer.CertPath,
 		"--key-file=" + p.EtcdServer.KeyPath,
 		"--trusted-ca-file=" + p.EtcdCA.CertPath,
@@ -236,36 +258,65 @@ func (cp *ControlPlane) etcdArgs() []string {
 }
 
 func (cp *ControlPlane) apiserverArgs() []string {
-	p := cp.pki
+	return append(APIServerArgs(cp.pki, APIServer{
+		EtcdServers:                []string{cp.etcdClientURL()},
+		BindAddress:                cp.opts.BindAddress,
+		AdvertiseAddress:           cp.advertise,
+		Port:                       cp.opts.APIServerPort,
+		ServiceCIDR:                cp.opts.ServiceCIDR,
+		CertDir:                    filepath.Join(cp.dataDir, "apiserver-certs"),
+		RetryAfterIfNotInitialized: cp.opts.RetryAfterIfNotInitialized,
+		RetryAfter:                 cp.opts.RetryAfter,
+		AlternativeServices:        cp.opts.AlternativeServices,
+	}), cp.opts.ExtraAPIServerArgs...)
+}
+
+// APIServer is what differs between the API servers of a control plane.
+type APIServer struct {
+	EtcdServers                []string
+	BindAddress                string
+	AdvertiseAddress           net.IP
+	Port                       int
+	ServiceCIDR                string
+	CertDir                    string
+	RetryAfterIfNotInitialized bool
+	RetryAfter                 time.Duration
+	AlternativeServices        bool
+}
+
+// APIServerArgs returns the arguments of "steadyplane apiserver" for s, with
+// the cluster's certificates, RBAC and Node authorization.
+func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 	args := []string{
 		"apiserver",
-		"--etcd-servers=" + cp.etcdClientURL(),
+		"--etcd-servers=" + strings.Join(s.EtcdServers, ","),
 		"--etcd-cafile=" + p.EtcdCA.CertPath,
 		"--etcd-certfile=" + p.APIServerEtcdClient.CertPath,
 		"--etcd-keyfile=" + p.APIServerEtcdClient.KeyPath,
-		"--bind-address=" + cp.opts.BindAddress,
-		"--advertise-address=" + cp.advertise.String(),
-		"--secure-port=" + strconv.Itoa(cp.opts.APIServerPort),
+		"--bind-address=" + s.BindAddress,
+		"--advertise-address=" + s.AdvertiseAddress.String(),
+		"--secure-port=" + strconv.Itoa(s.Port),
 		"--tls-cert-file=" + p.APIServer.CertPath,
 		"--tls-private-key-file=" + p.APIServer.KeyPath,
 		"--client-ca-file=" + p.CA.CertPath,
 		"--service-account-key-file=" + p.ServiceAccountPub,
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=" + cp.opts.ServiceCIDR,
+		"--service-cluster-ip-range=" + s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--cert-dir=" + filepath.Join(cp.dataDir, "apiserver-certs"),
-		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(cp.opts.RetryAfterIfNotInitialized),
-		"--startup-retry-after=" + cp.opts.RetryAfter.String(),
+		"--cert-dir=" + s.CertDir,
+		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(s.RetryAfterIfNotInitialized),
+		"--startup-retry-after=" + s.RetryAfter.String(),
+		"--enable-alternative-services=" + strconv.FormatBool(s.AlternativeServices),
 	}
 	// The kubernetes Endpoints may not hold loopback addresses; a server that
 	// only listens on loopback has no address to publish there.
-	if cp.advertise.IsLoopback() {
+	if s.AdvertiseAddress.IsLoopback() {
 		args = append(args, "--endpoint-reconciler-type=none")
 	}
-	return append(args, cp.opts.ExtraAPIServerArgs...)
+	return args
 }
 
 // Close releases the data directory lock. It does not stop the children.
@@ -313,7 +364,7 @@ func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return cp.poll(ctx, cp.Etcd, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.Etcd, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -342,6 +393,14 @@ func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return WaitReadyz(ctx, cfg, cp.APIServer, cp.opts.ReadyTimeout, cp.progressf)
+}
+
+// WaitReadyz waits until the API server cfg points at answers /readyz with
+// 200, for at most timeout. It fails early, with the end of its log, if p
+// exits. progressf (may be nil) gets the pending checks every few seconds.
+func WaitReadyz(ctx context.Context, cfg *rest.Config, p *Process, timeout time.Duration, progressf func(string, ...any)) error {
+	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 5 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -349,7 +408,7 @@ func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
 	}
 	rc := client.Discovery().RESTClient()
 	var lastShown time.Time
-	return cp.poll(ctx, cp.APIServer, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, p, timeout, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
 		var code int
 		body, err := rc.Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
 		if code == http.StatusOK {
@@ -361,9 +420,9 @@ func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
 		} else if err != nil && !isConnRefused(err) {
 			status = err.Error()
 		}
-		if time.Since(lastShown) >= 3*time.Second {
+		if progressf != nil && time.Since(lastShown) >= 3*time.Second {
 			lastShown = time.Now()
-			cp.progressf("  waiting for apiserver: %s", status)
+			progressf("  waiting for %s: %s", p.Name, status)
 		}
 		return false, status
 	})
@@ -388,10 +447,10 @@ func PendingChecks(verbose string) []string {
 
 func isConnRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
-// poll calls check until it succeeds, the process exits (an error with the
-// end of its log), ctx ends, or ReadyTimeout passes.
-func (cp *ControlPlane) poll(ctx context.Context, p *Process, interval time.Duration, check func(context.Context) (bool, string)) error {
-	ctx, cancel := context.WithTimeout(ctx, cp.opts.ReadyTimeout)
+// poll calls check until it succeeds, p exits (an error with the end of its
+// log), ctx ends, or timeout passes.
+func poll(ctx context.Context, p *Process, timeout, interval time.Duration, check func(context.Context) (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -407,7 +466,7 @@ func (cp *ControlPlane) poll(ctx context.Context, p *Process, interval time.Dura
 			return fmt.Errorf("%s exited while starting (%v); last lines of %s:\n%s", p.Name, p.Err(), p.LogPath, p.LogTail(15))
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("%s not ready after %v (%s); see %s", p.Name, cp.opts.ReadyTimeout, last, p.LogPath)
+				return fmt.Errorf("%s not ready after %v (%s); see %s", p.Name, timeout, last, p.LogPath)
 			}
 			return ctx.Err()
 		case <-t.C:

@@ -13,13 +13,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
 	protocol "github.com/steadyplane/steadyplane/pkg/ifready"
+	"github.com/steadyplane/steadyplane/pkg/server/filters/paths"
 )
 
 // DefaultRetryAfter is the delay the filter asks clients to wait when no other
@@ -78,21 +78,6 @@ func Decide(hasHeader, exemptPath, initialized bool) Action {
 	}
 }
 
-// exemptPathPrefixes are the health and metrics endpoints: probes and scrapers
-// must see the server's real state while it starts, never the filter's 503.
-var exemptPathPrefixes = []string{"/readyz", "/livez", "/healthz", "/metrics"}
-
-// IsExemptPath reports whether path is a health or metrics endpoint (the path
-// itself or anything below it), which the filter never refuses.
-func IsExemptPath(path string) bool {
-	for _, p := range exemptPathPrefixes {
-		if strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/') {
-			return true
-		}
-	}
-	return false
-}
-
 // IsFullReadyzCheck reports whether r asks for every readiness check: the path
 // is /readyz and no check is excluded. Only such a request's 200 counts as
 // "fully initialized"; /readyz/<check> or ?exclude= may pass while the server
@@ -133,7 +118,7 @@ func WithRetryAfterUntilInitialized(handler http.Handler, latch *Latch, retryAft
 		_, hasHeader := req.Header[protocol.HeaderIfReady]
 		action := Pass
 		if hasHeader {
-			action = Decide(true, IsExemptPath(req.URL.Path), initialized)
+			action = Decide(true, paths.IsHealthOrMetrics(req.URL.Path), initialized)
 		}
 		switch action {
 		case PassMarkedReady:

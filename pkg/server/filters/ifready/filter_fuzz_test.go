@@ -10,6 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	protocol "github.com/steadyplane/steadyplane/pkg/ifready"
+	"github.com/steadyplane/steadyplane/pkg/server/filters/paths"
 )
 
 // FuzzFilter feeds arbitrary paths, queries and header values through the
@@ -53,9 +54,9 @@ func FuzzFilter(f *testing.F) {
 			t.Fatalf("request without the header was touched: code %d, marked %v", w.Code, marked)
 		case withHeader && !marked:
 			t.Fatalf("opted-in request not marked")
-		case refused && (initialized || IsExemptPath(path)):
+		case refused && (initialized || paths.IsHealthOrMetrics(path)):
 			t.Fatalf("refused %q (initialized %v)", path, initialized)
-		case withHeader && !initialized && !IsExemptPath(path) && !refused:
+		case withHeader && !initialized && !paths.IsHealthOrMetrics(path) && !refused:
 			t.Fatalf("opted-in request to %q served before initialization", path)
 		case refused && w.Header().Get("Retry-After") != "3":
 			t.Fatalf("refusal without Retry-After: 3")

@@ -1,0 +1,204 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Network is a set of test hosts on one machine: one network namespace per
+// host, each with an address on a bridge in the test's own namespace, so the
+// test (and the hosts) reach every host's address and nothing else. The API
+// server refuses loopback addresses in the kubernetes Endpoints, which is why
+// multi-server tests need it.
+type Network struct {
+	// Subnet is the /24 the hosts live in; .1 is the test's own address.
+	Subnet *net.IPNet
+	// Hosts are the hosts' namespaces and addresses.
+	Hosts  []NetHost
+	bridge string
+}
+
+// NetHost is one test host.
+type NetHost struct {
+	Namespace string
+	IP        net.IP
+}
+
+// namePrefix starts every namespace and link a Network makes; the process
+// id that follows tells whether their owner is still alive.
+const namePrefix = "spt"
+
+// subnetBase is the 10.213.0.0/16 range test subnets are taken from; a /24
+// already routed on this machine is never used.
+const subnetBase = "10.213."
+
+// CanMakeNetwork reports why this process cannot make test hosts, or nil.
+func CanMakeNetwork() error {
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("the ip command (Debian package iproute2) is missing")
+	}
+	return nil
+}
+
+// NewNetwork makes n test hosts. Close removes everything it made; namespaces
+// and links left by test processes that died are removed first.
+func NewNetwork(n int) (*Network, error) {
+	if err := CanMakeNetwork(); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > 200 {
+		return nil, fmt.Errorf("NewNetwork(%d): want 1 to 200 hosts", n)
+	}
+	// Choosing a subnet and creating its bridge is one step across test
+	// processes: two packages' tests may run at once.
+	lock, err := os.OpenFile(os.TempDir()+"/steadyplane-netns.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, err
+	}
+	removeStale()
+	subnet, err := freeSubnet()
+	if err != nil {
+		return nil, err
+	}
+	pid := strconv.Itoa(os.Getpid())
+	nw := &Network{Subnet: subnet, bridge: namePrefix + pid + "b"}
+	fail := func(err error) (*Network, error) {
+		nw.Close()
+		return nil, err
+	}
+	gw := hostIP(subnet, 1)
+	if err := ipCmds(
+		[]string{"link", "add", nw.bridge, "type", "bridge"},
+		[]string{"addr", "add", gw.String() + "/24", "dev", nw.bridge},
+		[]string{"link", "set", nw.bridge, "up"},
+	); err != nil {
+		return fail(err)
+	}
+	for i := 0; i < n; i++ {
+		h := NetHost{Namespace: fmt.Sprintf("%s%sn%d", namePrefix, pid, i), IP: hostIP(subnet, 11+i)}
+		outside, inside := fmt.Sprintf("%s%sh%d", namePrefix, pid, i), fmt.Sprintf("%s%sc%d", namePrefix, pid, i)
+		if err := ipCmds([]string{"netns", "add", h.Namespace}); err != nil {
+			return fail(err)
+		}
+		nw.Hosts = append(nw.Hosts, h)
+		if err := ipCmds(
+			[]string{"link", "add", outside, "type", "veth", "peer", "name", inside},
+			[]string{"link", "set", outside, "master", nw.bridge, "up"},
+			[]string{"link", "set", inside, "netns", h.Namespace},
+			[]string{"-n", h.Namespace, "link", "set", inside, "name", "eth0"},
+			[]string{"-n", h.Namespace, "addr", "add", h.IP.String() + "/24", "dev", "eth0"},
+			[]string{"-n", h.Namespace, "link", "set", "eth0", "up"},
+			[]string{"-n", h.Namespace, "link", "set", "lo", "up"},
+		); err != nil {
+			return fail(err)
+		}
+	}
+	return nw, nil
+}
+
+// Command returns a command that runs name with args on host i, with a UTS
+// namespace and host name of its own (the API server derives its identity
+// lease from the host name, so hosts must not share one).
+func (nw *Network) Command(i int, hostname, name string, args ...string) (string, []string) {
+	full := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, hostname, name}, args...)
+	return "ip", full
+}
+
+// BlackHole makes host i vanish without a word: its link goes down, so
+// packets to it are dropped and nothing answers, not even a reset.
+func (nw *Network) BlackHole(i int) error {
+	return ipCmds([]string{"-n", nw.Hosts[i].Namespace, "link", "set", "eth0", "down"})
+}
+
+// Restore undoes BlackHole.
+func (nw *Network) Restore(i int) error {
+	return ipCmds([]string{"-n", nw.Hosts[i].Namespace, "link", "set", "eth0", "up"})
+}
+
+// Close removes the namespaces (with their veths) and the bridge.
+func (nw *Network) Close() {
+	for _, h := range nw.Hosts {
+		_ = ipCmds([]string{"netns", "del", h.Namespace})
+	}
+	_ = ipCmds([]string{"link", "del", nw.bridge})
+}
+
+func hostIP(subnet *net.IPNet, n int) net.IP {
+	ip := make(net.IP, 4)
+	copy(ip, subnet.IP.To4())
+	ip[3] = byte(n)
+	return ip
+}
+
+func freeSubnet() (*net.IPNet, error) {
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ip route: %v: %s", err, out)
+	}
+	addrs, _ := exec.Command("ip", "-4", "addr").CombinedOutput()
+	used := string(out) + string(addrs)
+	for i := 1; i < 255; i++ {
+		prefix := subnetBase + strconv.Itoa(i) + "."
+		if !strings.Contains(used, prefix) {
+			_, n, _ := net.ParseCIDR(prefix + "0/24")
+			return n, nil
+		}
+	}
+	return nil, errors.New("no free 10.213.x.0/24 subnet for test hosts")
+}
+
+var staleName = regexp.MustCompile(`^` + namePrefix + `(\d+)[nhcb]`)
+
+// removeStale deletes namespaces and links whose owning test process is gone.
+func removeStale() {
+	dead := func(name string) bool {
+		m := staleName.FindStringSubmatch(name)
+		if m == nil {
+			return false
+		}
+		pid, _ := strconv.Atoi(m[1])
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && dead(f[0]) {
+				_ = ipCmds([]string{"netns", "del", f[0]})
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if dead(name) {
+				_ = ipCmds([]string{"link", "del", name})
+			}
+		}
+	}
+}
+
+func ipCmds(cmds ...[]string) error {
+	for _, args := range cmds {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
