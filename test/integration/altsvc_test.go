@@ -279,4 +279,3 @@ func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what stri
 	}
 	t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, last)
 }
-
