@@ -158,6 +158,21 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 		t.Errorf("kubectl version: %v\n%s", err, got)
 	}
 
+	// The README's HA client example works against a single-server "up": it
+	// has no alternative, and the lone server advertises none.
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := exec.CommandContext(ctx, "go", "run", "./examples/ha-client", "--kubeconfig", kubeconfig, "--count", "3", "--interval", "100ms")
+	example.Dir = root
+	if b, err := example.CombinedOutput(); err != nil || strings.Count(string(b), "namespaces from 127.0.0.1:"+strconv.Itoa(ports[0])) != 3 {
+		t.Errorf("examples/ha-client: %v\n%s", err, b)
+	}
+	if got, err := kubectl(t, ctx, kubeconfig, "get", "--raw", "/metrics"); err != nil || !strings.Contains(got, "steadyplane_apiserver_alternative_services 0") {
+		t.Errorf("a lone server should advertise no alternatives (gauge 0): %v", err)
+	}
+
 	// A second "up" on the same data directory must refuse, not corrupt it.
 	second := exec.CommandContext(ctx, bin, "up", "--data-dir", dataDir, "--apiserver-port", "1", "--etcd-client-port", "2", "--etcd-peer-port", "3")
 	if b, err := second.CombinedOutput(); err == nil || !strings.Contains(string(b), "in use by another steadyplane") {

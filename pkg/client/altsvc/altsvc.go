@@ -263,7 +263,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	original := req.URL.Host
 	plan := rt.pool.plan(original)
-	var lastErr error
+	var lastErr, originalErr error
 	for i, host := range plan {
 		if i > 0 {
 			if req.GetBody != nil {
@@ -285,6 +285,9 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		lastErr = err
+		if host == original {
+			originalErr = err
+		}
 		if req.Context().Err() != nil {
 			metrics.requests.WithLabelValues(host, "canceled").Inc()
 			return nil, err
@@ -302,6 +305,11 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !MayResend(req.Method, connected, bodyReplayable(req)) {
 			return nil, err
 		}
+	}
+	// Every host failed: the caller sees the error of the host it configured,
+	// as it would without the option.
+	if originalErr != nil {
+		return nil, originalErr
 	}
 	return nil, lastErr
 }

@@ -27,15 +27,20 @@ type OrderInput struct {
 	Blocked func(host string) bool
 	// Local reports whether a host is an address of this machine.
 	Local func(host string) bool
+	// LastResort are hosts blocked after a network failure, soonest
+	// unblocked first: tried only when everything else has failed, since a
+	// host that was down a few seconds ago may be back (a restart takes less
+	// than a block), and trying it costs little next to failing the request.
+	LastResort []string
 }
 
 // Order returns the hosts to try for one request, best first, following
 // KEP-3037: stick to the host that worked; otherwise prefer a local
 // alternative, then the original host if it is listed, then the others in the
-// server's order. Blocked hosts are left out. The original host always comes
-// last if it is not already in the list, blocked or not: when every
-// alternative has failed the client falls back to what it was configured with,
-// and the caller sees that host's error.
+// server's order. Blocked hosts are left out. The original host comes after
+// them if it is not already in the list, blocked or not: when every
+// alternative has failed the client falls back to what it was configured with.
+// Only then come the LastResort hosts.
 func Order(in OrderInput) []string {
 	usable := make([]string, 0, len(in.Candidates)+1)
 	for _, h := range in.Candidates {
@@ -64,6 +69,11 @@ func Order(in OrderInput) []string {
 	}
 	if !contains(usable, in.Original) {
 		usable = append(usable, in.Original)
+	}
+	for _, h := range in.LastResort {
+		if h != "" && !contains(usable, h) {
+			usable = append(usable, h)
+		}
 	}
 	return usable
 }

@@ -46,6 +46,8 @@ func TestOrder(t *testing.T) {
 		{"original blocked but listed: still the fallback", OrderInput{Original: a, Candidates: []string{a, b}, Blocked: blocked(a, b)}, []string{a}},
 		{"duplicates and empty entries dropped", OrderInput{Original: orig, Candidates: []string{a, "", a, b}}, []string{a, b, orig}},
 		{"current not a candidate any more", OrderInput{Original: orig, Current: c, Candidates: []string{a, b}}, []string{a, b, orig}},
+		{"last resort after the original", OrderInput{Original: orig, Candidates: []string{a, b, c}, Blocked: blocked(a, b), LastResort: []string{b, a}}, []string{c, orig, b, a}},
+		{"last resort not repeated", OrderInput{Original: a, Candidates: []string{a, b}, Blocked: blocked(a, b), LastResort: []string{a, b}}, []string{a, b}},
 		{"local and original the same host", OrderInput{Original: loc, Candidates: []string{a, loc}, Local: local}, []string{loc, a}},
 	}
 	for _, tt := range tests {

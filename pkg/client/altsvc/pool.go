@@ -134,12 +134,21 @@ func (p *Pool) plan(original string) []string {
 	defer p.mu.Unlock()
 	now := p.clock.Now()
 	p.expireLocked(now)
+	candidates := p.candidatesLocked()
+	var lastResort []string
+	for _, h := range candidates {
+		if b, ok := p.blocked[h]; ok && !b.forever && now.Before(b.until) {
+			lastResort = append(lastResort, h)
+		}
+	}
+	sort.SliceStable(lastResort, func(i, j int) bool { return p.blocked[lastResort[i]].until.Before(p.blocked[lastResort[j]].until) })
 	return Order(OrderInput{
 		Original:   original,
 		Current:    p.current,
-		Candidates: p.candidatesLocked(),
+		Candidates: candidates,
 		Blocked:    func(h string) bool { return p.isBlockedLocked(h, now) },
 		Local:      p.local,
+		LastResort: lastResort,
 	})
 }
 

@@ -32,9 +32,9 @@ func TestPool(t *testing.T) {
 		if p.failed(a, NetworkFailure, netErr) {
 			t.Fatal("second failure of a blocked host reported as new")
 		}
-		plan(t, p, b, orig)
+		plan(t, p, b, orig, a)
 		clk.SetTime(clk.Now().Add(9 * time.Second))
-		plan(t, p, b, orig)
+		plan(t, p, b, orig, a)
 		clk.SetTime(clk.Now().Add(2 * time.Second))
 		plan(t, p, a, b, orig)
 		if n := p.BlockedCount(); n != 0 {
@@ -46,7 +46,7 @@ func TestPool(t *testing.T) {
 		p.failed(a, CertificateFailure, errors.New("x509"))
 		p.failed(a, NetworkFailure, netErr)
 		clk.SetTime(clk.Now().Add(1000 * time.Hour))
-		plan(t, p, b, orig)
+		plan(t, p, b, orig) // never even as a last resort
 		hs := p.Hosts()
 		if !hs[0].BlockedForever || hs[0].Host != a {
 			t.Errorf("Hosts = %+v", hs)
@@ -57,11 +57,12 @@ func TestPool(t *testing.T) {
 		p.failed(a, NotHostFailure, errors.New("canceled"))
 		plan(t, p, a, orig)
 	})
-	t.Run("all blocked falls back to the original", func(t *testing.T) {
-		p, _ := newTestPool(a, b)
-		p.failed(a, NetworkFailure, netErr)
+	t.Run("all blocked falls back to the original, then the soonest unblocked", func(t *testing.T) {
+		p, clk := newTestPool(a, b)
 		p.failed(b, NetworkFailure, netErr)
-		plan(t, p, orig)
+		clk.SetTime(clk.Now().Add(time.Second))
+		p.failed(a, NetworkFailure, netErr)
+		plan(t, p, orig, b, a)
 	})
 	t.Run("sticks to the host that worked", func(t *testing.T) {
 		p, _ := newTestPool(a, b)
@@ -79,7 +80,7 @@ func TestPool(t *testing.T) {
 		if p.Current() != "" {
 			t.Errorf("Current after failure = %q", p.Current())
 		}
-		plan(t, p, a, orig)
+		plan(t, p, a, orig, b)
 	})
 	t.Run("learned hosts replace configured ones, expire, refresh and clear", func(t *testing.T) {
 		p, clk := newTestPool(a)

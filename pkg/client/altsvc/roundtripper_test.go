@@ -39,7 +39,7 @@ type testPKI struct {
 	impostor *pki.Authority
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	st := &pki.Store{Dir: t.TempDir()}
 	ca, err := st.EnsureCA("ca", "test-ca")
@@ -56,7 +56,7 @@ func newTestPKI(t *testing.T) *testPKI {
 // startServer serves on ip. Like a real API server's, its certificate names
 // its own address and kubernetes.default; onlyServerName leaves the address
 // out, which proves that a client reaching it verified kubernetes.default.
-func startServer(t *testing.T, p *testPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
+func startServer(t testing.TB, p *testPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
 	t.Helper()
 	spec := pki.CertSpec{Name: name, CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{ServerName}}
 	if !onlyServerName {
@@ -104,7 +104,7 @@ func startServer(t *testing.T, p *testPKI, ca *pki.Authority, name, ip string, o
 
 // client returns an HTTP client built by client-go from a *rest.Config with
 // the option enabled, as any client-go user would get it.
-func client(t *testing.T, p *testPKI, host string, o Options) (*http.Client, *Pool) {
+func client(t testing.TB, p *testPKI, host string, o Options) (*http.Client, *Pool) {
 	t.Helper()
 	cfg := &rest.Config{Host: "https://" + host, TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}}
 	if o.LocalAddresses == nil {
@@ -143,7 +143,7 @@ func post(c *http.Client, url, body string) (string, error) {
 }
 
 // deadAddress returns an address on ip where nothing listens.
-func deadAddress(t *testing.T, ip string) string {
+func deadAddress(t testing.TB, ip string) string {
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Skipf("cannot listen on %s: %v", ip, err)
@@ -282,7 +282,7 @@ func TestRoundTripperCertificateAndFallback(t *testing.T) {
 	impostor := startServer(t, p, p.impostor, "impostor", "127.0.0.2", true)
 	c := startServer(t, p, p.ca, "c", "127.0.0.3", true)
 	orig := deadAddress(t, "127.0.0.1")
-	hc, pool := client(t, p, orig, Options{Hosts: []string{impostor.host(), c.host()}, BlockDuration: time.Millisecond})
+	hc, pool := client(t, p, orig, Options{Hosts: []string{impostor.host(), c.host()}, BlockDuration: time.Hour})
 	got, err := get(hc, "https://"+orig+"/api")
 	if err != nil || !strings.HasPrefix(got, "c ") {
 		t.Fatalf("GET: %q, %v; want c after the impostor failed", got, err)
@@ -296,14 +296,52 @@ func TestRoundTripperCertificateAndFallback(t *testing.T) {
 	if !impostorState.BlockedForever {
 		t.Errorf("impostor not blocked for good: %+v", pool.Hosts())
 	}
-	// Everything down: the caller gets the original host's own error.
+	// Everything down: the caller gets the original host's own error, also
+	// when blocked hosts are tried after it as a last resort.
 	c.srv.Close()
-	time.Sleep(5 * time.Millisecond) // past the 1ms network block of c
 	_, err = get(hc, "https://"+orig+"/api")
 	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), orig) {
 		t.Errorf("with every server down: %v; want connection refused from %s", err, orig)
 	}
 	if n := impostor.requests.Load(); n != 0 {
 		t.Errorf("the impostor served %d requests", n)
+	}
+}
+
+// BenchmarkRoundTrip compares a GET through client-go's own transport with
+// the same GET through the round tripper, on the original host and on an
+// alternative, against a local TLS HTTP/2 server.
+func BenchmarkRoundTrip(b *testing.B) {
+	p := newTestPKI(b)
+	srv := startServer(b, p, p.ca, "a", "127.0.0.1", false)
+	alt := startServer(b, p, p.ca, "b", "127.0.0.2", true)
+	dead := deadAddress(b, "127.0.0.1")
+	plainCfg := &rest.Config{Host: "https://" + srv.host(), TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}}
+	plain, err := rest.HTTPClientFor(plainCfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withOption, _ := client(b, p, srv.host(), Options{})
+	onAlternative, _ := client(b, p, dead, Options{Hosts: []string{alt.host()}})
+	for _, bc := range []struct {
+		name string
+		c    *http.Client
+		url  string
+	}{
+		{"client-go", plain, "https://" + srv.host() + "/api"},
+		{"original-host", withOption, "https://" + srv.host() + "/api"},
+		{"alternative-host", onAlternative, "https://" + dead + "/api"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if _, err := get(bc.c, bc.url); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := get(bc.c, bc.url); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
