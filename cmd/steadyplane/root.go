@@ -29,6 +29,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newEtcdCommand(),
 		apiserver.NewCommand(),
 		newCertsCommand(),
+		newNodeCommand(),
 	)
 	return root
 }

@@ -10,7 +10,7 @@ func newUpCommand() *cobra.Command {
 	o := controlplane.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a single-node control plane (etcd + kube-apiserver) until interrupted",
+		Short: "Run a single-node cluster (etcd + kube-apiserver + node agent) until interrupted",
 		Long: `Run a single-node control plane: create or reuse the certificates, keys and admin
 kubeconfig in the data directory, start "steadyplane etcd" and "steadyplane apiserver"
 as child processes, print how to reach the cluster, restart a child that dies, and
@@ -39,6 +39,10 @@ keeps every object created before.`,
 	fs.BoolVar(&o.RetryAfterIfNotInitialized, "startup-send-retry-after-if-not-initialized", o.RetryAfterIfNotInitialized, "KEP-3028: refuse requests carrying X-Kubernetes-If-Ready with 503 + Retry-After until the API server has initialized.")
 	fs.DurationVar(&o.RetryAfter, "startup-retry-after", o.RetryAfter, "Retry-After delay sent while the API server initializes.")
 	fs.BoolVar(&o.AlternativeServices, "enable-alternative-services", o.AlternativeServices, "KEP-3037: send authenticated HTTP/2 clients an Alt-Svc header listing the live API servers (nothing while this is the only one).")
+	fs.BoolVar(&o.Node, "node", o.Node, "Also run a node agent (steadyplane node) that runs pods as host processes.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
+	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and its pods; defaults to the advertise address (127.0.0.1), so probes never dial other addresses.")
+	fs.IntVar(&o.NodeMetricsPort, "node-metrics-port", o.NodeMetricsPort, "Port on 127.0.0.1 for the node agent's Prometheus metrics; 0 for none.")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long to wait for etcd and for the API server to become ready.")
 	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "How long each component may take to stop before it is killed.")

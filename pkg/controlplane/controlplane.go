@@ -22,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +55,14 @@ type Options struct {
 	// AlternativeServices turns on the KEP-3037 Alt-Svc filter. A single
 	// server advertises nothing; it matters once more API servers share etcd.
 	AlternativeServices bool
+	// Node starts a node agent ("steadyplane node") as a third child.
+	Node bool
+	// NodeName is the node agent's Node; empty means "steadyplane".
+	NodeName string
+	// NodeIP is the Node's and its pods' address; empty means BindAddress.
+	NodeIP string
+	// NodeMetricsPort serves the node agent's metrics on 127.0.0.1; 0 for none.
+	NodeMetricsPort int
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.
 	ExtraAPIServerArgs []string
@@ -78,6 +89,9 @@ func NewOptions() *Options {
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
 		AlternativeServices:        true,
+		Node:                       true,
+		NodeName:                   "steadyplane",
+		NodeMetricsPort:            10255,
 		ReadyTimeout:               3 * time.Minute,
 		StopGrace:                  30 * time.Second,
 	}
@@ -92,7 +106,7 @@ type ControlPlane struct {
 	advertise  net.IP
 	lock       *os.File
 
-	Etcd, APIServer *Process
+	Etcd, APIServer, Node *Process
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
@@ -125,6 +139,12 @@ func Prepare(o Options) (*ControlPlane, error) {
 	}
 	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: filepath.Join(dataDir, "logs", "etcd.log")}
 	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: filepath.Join(dataDir, "logs", "apiserver.log")}
+	if cp.opts.Node {
+		if err := cp.prepareNode(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
 	return cp, nil
 }
 
@@ -149,6 +169,15 @@ func (o *Options) validate() error {
 	}
 	if o.DataDir == "" {
 		errs = append(errs, "--data-dir must not be empty")
+	}
+	if o.NodeIP != "" && netutils.ParseIPSloppy(o.NodeIP) == nil {
+		errs = append(errs, fmt.Sprintf("--node-ip=%q is not an IP address", o.NodeIP))
+	}
+	if o.Node && len(validation.IsDNS1123Subdomain(o.NodeName)) > 0 {
+		errs = append(errs, fmt.Sprintf("--node-name=%q is not a valid node name: %s", o.NodeName, strings.Join(validation.IsDNS1123Subdomain(o.NodeName), "; ")))
+	}
+	if o.NodeMetricsPort < 0 || o.NodeMetricsPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--node-metrics-port=%d is not a port", o.NodeMetricsPort))
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
@@ -189,6 +218,62 @@ func (cp *ControlPlane) preparePKI() error {
 	}
 	cp.kubeconfig = filepath.Join(cp.dataDir, "admin.kubeconfig")
 	return pki.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin)
+}
+
+// prepareNode issues the node agent's credentials (system:node:<name> in
+// system:nodes, for the Node authorizer and NodeRestriction) and its process.
+func (cp *ControlPlane) prepareNode() error {
+	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: "node-" + cp.opts.NodeName, CommonName: "system:node:" + cp.opts.NodeName,
+		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(cp.dataDir, "node.kubeconfig")
+	if err := pki.WriteKubeconfig(kubeconfig, cp.APIServerURL(), "system:node:"+cp.opts.NodeName, cp.pki.CA, kp); err != nil {
+		return err
+	}
+	nodeIP := cp.opts.NodeIP
+	if nodeIP == "" {
+		nodeIP = cp.advertise.String()
+	}
+	manifests := filepath.Join(cp.dataDir, "manifests")
+	if err := os.MkdirAll(manifests, 0o700); err != nil {
+		return err
+	}
+	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
+		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests}
+	if cp.opts.NodeMetricsPort != 0 {
+		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.NodeMetricsPort))
+	}
+	cp.Node = &Process{Name: "node", Binary: cp.opts.Binary, Args: args, LogPath: filepath.Join(cp.dataDir, "logs", "node.log")}
+	return nil
+}
+
+// WaitNodeReady waits until the node agent's Node is registered and Ready.
+func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, cp.Node, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		n, err := client.CoreV1().Nodes().Get(ctx, cp.opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "Node not Ready"
+	})
 }
 
 // APIServerURL is where clients reach the API server.
@@ -305,6 +390,9 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		"--service-cluster-ip-range=" + s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
+		// No controller manager creates the default service accounts, so this
+		// plugin would refuse every pod.
+		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--cert-dir=" + s.CertDir,
 		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(s.RetryAfterIfNotInitialized),
@@ -476,8 +564,8 @@ func poll(ctx context.Context, p *Process, timeout, interval time.Duration, chec
 
 // Stop stops the API server, then etcd, each with the configured grace.
 func (cp *ControlPlane) Stop() {
-	for _, p := range []*Process{cp.APIServer, cp.Etcd} {
-		if p.Exited() == nil {
+	for _, p := range []*Process{cp.Node, cp.APIServer, cp.Etcd} {
+		if p == nil || p.Exited() == nil {
 			continue
 		}
 		select {
@@ -519,6 +607,17 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	cp.progressf("apiserver ready in %.1fs (%s)", time.Since(start).Seconds(), cp.APIServerURL())
+	if cp.Node != nil {
+		cp.progressf("starting node agent %s (log: %s)", cp.opts.NodeName, cp.Node.LogPath)
+		start = time.Now()
+		if err := cp.Node.Start(); err != nil {
+			return err
+		}
+		if err := cp.WaitNodeReady(ctx); err != nil {
+			return err
+		}
+		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, time.Since(start).Seconds(), filepath.Join(cp.dataDir, "manifests"))
+	}
 	cp.progressf("kubeconfig: %s", cp.kubeconfig)
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
@@ -542,8 +641,20 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 			if err := cp.restart(ctx, cp.APIServer, backoff, cp.WaitAPIServerReady); err != nil {
 				return err
 			}
+		case <-cp.nodeExited():
+			if err := cp.restart(ctx, cp.Node, backoff, cp.WaitNodeReady); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// nodeExited is the node agent's exit channel, or nil (never ready) without one.
+func (cp *ControlPlane) nodeExited() <-chan struct{} {
+	if cp.Node == nil {
+		return nil
+	}
+	return cp.Node.Exited()
 }
 
 func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowcontrol.Backoff, wait func(context.Context) error) error {

@@ -1,16 +1,16 @@
 package controlplane
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/logfile"
 )
 
 // Process is one child process of the control plane (etcd or the API server),
@@ -123,20 +123,4 @@ func (p *Process) Stop(grace time.Duration) bool {
 }
 
 // LogTail returns up to the last n lines of the log file, for error messages.
-func (p *Process) LogTail(n int) string {
-	f, err := os.Open(p.LogPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const maxRead = 64 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > maxRead {
-		_, _ = f.Seek(st.Size()-maxRead, io.SeekStart)
-	}
-	data, _ := io.ReadAll(f)
-	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
+func (p *Process) LogTail(n int) string { return logfile.Tail(p.LogPath, n, 64<<10) }

@@ -34,6 +34,7 @@ func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 		"--apiserver-port", strconv.Itoa(ports[0]),
 		"--etcd-client-port", strconv.Itoa(ports[1]),
 		"--etcd-peer-port", strconv.Itoa(ports[2]),
+		"--node-metrics-port", strconv.Itoa(ports[3]),
 	)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -258,7 +259,7 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	ports, err = testenv.FreePorts(3)
+	ports, err = testenv.FreePorts(4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,364 @@
+// Package agent is steadyplane's node agent ("steadyplane node"): it registers
+// a Node, renews its Lease, and runs the pods bound to it, and static pods
+// from a manifest directory, with every container as a host process. Pod
+// status is the kubelet's: probes, restart policy with crash-loop backoff,
+// container states, and the Pod Ready++ conditions of pkg/node/podstatus,
+// written by PATCH so that conditions written by others are never lost.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// MirrorAnnotation marks a mirror pod: the API's copy of a static pod.
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// Options configure a node agent.
+type Options struct {
+	// NodeName is the Node's name; its credentials must be system:node:<NodeName>.
+	NodeName string
+	// NodeIP is the Node's address, and every pod's (host network).
+	NodeIP string
+	// RootDir holds pod directories and container logs.
+	RootDir string
+	// PodManifestPath is a directory of static pod manifests; "" for none.
+	PodManifestPath string
+	// MetricsAddress serves Prometheus metrics and /healthz; "" for none.
+	MetricsAddress string
+	// StatusInterval is how often the Node's Ready heartbeat is written.
+	StatusInterval time.Duration
+}
+
+// Agent is a running node agent.
+type Agent struct {
+	opts     Options
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+
+	mu         sync.Mutex
+	workers    map[string]*worker // namespace/name of API pods; "static/<file>" of static pods
+	wg         sync.WaitGroup
+	podLister  cache.Store
+	node       *corev1.Node
+	staticWake chan struct{}
+}
+
+var (
+	registry     = prometheus.NewRegistry()
+	statusWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_status_writes_total", Help: "Pod status PATCHes sent (no-op patches are not sent)."})
+	runningPods  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_node_running_pods", Help: "Pods the node agent runs."})
+	eventsTotal  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_events_total", Help: "Events the node agent recorded, by reason."}, []string{"reason"})
+)
+
+func init() {
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+}
+
+// New returns an agent that talks to the API server with cfg.
+func New(cfg *rest.Config, o Options) (*Agent, error) {
+	if o.NodeName == "" {
+		return nil, errors.New("a node name is required")
+	}
+	if net.ParseIP(o.NodeIP) == nil {
+		return nil, fmt.Errorf("--node-ip=%q is not an IP address", o.NodeIP)
+	}
+	if o.RootDir == "" {
+		return nil, errors.New("a root directory is required")
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = 10 * time.Second
+	}
+	cfg = rest.CopyConfig(cfg)
+	// The kubelet's limits: client-go's default of 5 QPS would delay status
+	// writes (and so readiness) by hundreds of milliseconds under load.
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "steadyplane-node/" + o.NodeName
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{opts: o, client: client, workers: map[string]*worker{}}, nil
+}
+
+// Run registers the Node and runs pods until ctx ends; then it stops every
+// container (SIGTERM, SIGKILL after the pod's grace period) and returns.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(a.opts.RootDir, 0o700); err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
+
+	if err := a.registerNode(ctx); err != nil {
+		return err
+	}
+	go a.heartbeat(ctx)
+	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
+	go leases.Run(ctx)
+	if a.opts.MetricsAddress != "" {
+		go a.serveMetrics(ctx)
+	}
+
+	a.staticWake = make(chan struct{}, 1)
+	lw := cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName))
+	indexer, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &corev1.Pod{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { a.podChanged(ctx, obj) },
+			UpdateFunc: func(_, obj any) { a.podChanged(ctx, obj) },
+			DeleteFunc: func(obj any) { a.podDeleted(obj) },
+		},
+	})
+	a.podLister = indexer
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return ctx.Err()
+	}
+	if a.opts.PodManifestPath != "" {
+		go a.runStaticPods(ctx)
+	}
+	klog.InfoS("Node agent running", "node", a.opts.NodeName, "nodeIP", a.opts.NodeIP, "rootDir", a.opts.RootDir)
+	<-ctx.Done()
+	klog.InfoS("Node agent stopping: stopping every container")
+	a.wg.Wait()
+	return nil
+}
+
+func (a *Agent) podChanged(ctx context.Context, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, mirror := pod.Annotations[MirrorAnnotation]; mirror {
+		a.mirrorChanged(pod)
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w, ok := a.workers[key]; ok {
+		if w.pod.UID == pod.UID {
+			w.update(pod)
+			return
+		}
+		w.delete() // a new pod with the same name: the old one is gone
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return // finished pods are not run again
+	}
+	a.startWorker(ctx, key, newWorker(a, pod, false))
+}
+
+func (a *Agent) startWorker(ctx context.Context, key string, w *worker) {
+	a.workers[key] = w
+	runningPods.Set(float64(len(a.workers)))
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		w.run(ctx)
+		a.mu.Lock()
+		if a.workers[key] == w {
+			delete(a.workers, key)
+		}
+		runningPods.Set(float64(len(a.workers)))
+		a.mu.Unlock()
+	}()
+}
+
+func (a *Agent) podDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, mirror := pod.Annotations[MirrorAnnotation]; mirror {
+		a.mirrorChanged(nil)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w, ok := a.workers[pod.Namespace+"/"+pod.Name]; ok && w.pod.UID == pod.UID {
+		w.delete()
+	}
+}
+
+// apiPod returns the API object a worker writes status to: the pod itself,
+// or for a static pod its mirror pod (nil until it exists).
+func (a *Agent) apiPod(w *worker, pod *corev1.Pod) *corev1.Pod {
+	if !w.static {
+		return pod
+	}
+	return a.mirrorFor(pod)
+}
+
+func (a *Agent) event(pod *corev1.Pod, eventType, reason, format string, args ...any) {
+	eventsTotal.WithLabelValues(reason).Inc()
+	klog.InfoS(fmt.Sprintf(format, args...), "pod", klog.KObj(pod), "reason", reason)
+	if a.recorder != nil {
+		ref := pod
+		if w := a.apiPodForEvent(pod); w != nil {
+			ref = w
+		}
+		a.recorder.Eventf(ref, eventType, reason, format, args...)
+	}
+}
+
+func (a *Agent) apiPodForEvent(pod *corev1.Pod) *corev1.Pod {
+	if _, static := pod.Annotations[ConfigSourceAnnotation]; static {
+		return a.mirrorFor(pod)
+	}
+	return nil
+}
+
+func (a *Agent) registerNode(ctx context.Context) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: map[string]string{
+			"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": runtime.GOOS, "kubernetes.io/arch": runtime.GOARCH,
+		}},
+	}
+	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		created, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Node %s: %w", a.opts.NodeName, err)
+		}
+	case err != nil:
+		return fmt.Errorf("registering Node %s: %w", a.opts.NodeName, err)
+	}
+	a.mu.Lock()
+	a.node = created
+	a.mu.Unlock()
+	return a.writeNodeStatus(ctx)
+}
+
+func (a *Agent) writeNodeStatus(ctx context.Context) error {
+	now := metav1.Now()
+	hostname, _ := os.Hostname()
+	cpu := resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
+	capacity := corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
+	status := corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.opts.NodeIP}, {Type: corev1.NodeHostName, Address: hostname}},
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "steadyplane node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		NodeInfo: corev1.NodeSystemInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: "steadyplane-process://1"},
+	}
+	a.mu.Lock()
+	node := a.node.DeepCopy()
+	a.mu.Unlock()
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			status.Conditions[0].LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	node.Status = status
+	updated, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("writing Node %s status: %w", a.opts.NodeName, err)
+	}
+	a.mu.Lock()
+	a.node = updated
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *Agent) heartbeat(ctx context.Context) {
+	t := time.NewTicker(a.opts.StatusInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := a.writeNodeStatus(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Node heartbeat")
+			if latest, gerr := a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); gerr == nil {
+				a.mu.Lock()
+				a.node = latest
+				a.mu.Unlock()
+			}
+		}
+	}
+}
+
+// setLeaseOwner makes the Node own its Lease, as the kubelet does, so the
+// Lease goes when the Node does.
+func (a *Agent) setLeaseOwner(l *coordinationLease) error {
+	a.mu.Lock()
+	node := a.node
+	a.mu.Unlock()
+	if node == nil || len(l.OwnerReferences) > 0 {
+		return nil
+	}
+	l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+	return nil
+}
+
+func (a *Agent) nodeRef() (string, types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.node == nil {
+		return a.opts.NodeName, ""
+	}
+	return a.node.Name, a.node.UID
+}
+
+func (a *Agent) serveMetrics(ctx context.Context) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv := &http.Server{Addr: a.opts.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
+	}
+}
+
+func memory() resource.Quantity {
+	var total int64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			total = kb * 1024
+		}
+	}
+	return *resource.NewQuantity(total, resource.BinarySI)
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+)
+
+type coordinationLease = coordinationv1.Lease
+
+// ConfigSourceAnnotation marks a static pod (its value is "file").
+const ConfigSourceAnnotation = staticpod.SourceAnnotation
+
+// staticResync is how often the manifest directory is read even without a
+// file event (events can be lost, e.g. on some network file systems).
+const staticResync = 20 * time.Second
+
+// runStaticPods keeps the static pods in step with the manifest directory
+// and their mirror pods in step with the static pods, until ctx ends.
+func (a *Agent) runStaticPods(ctx context.Context) {
+	watcher, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = watcher.Add(a.opts.PodManifestPath); err != nil {
+			watcher.Close()
+			watcher = nil
+		}
+	}
+	var events <-chan fsnotify.Event
+	if watcher != nil {
+		defer watcher.Close()
+		events = watcher.Events
+	} else {
+		klog.ErrorS(err, "Watching the manifest directory; reading it every 20s instead", "path", a.opts.PodManifestPath)
+	}
+	reported := map[string]bool{} // file+hash of malformed manifests already reported
+	t := time.NewTicker(staticResync)
+	defer t.Stop()
+	for {
+		a.syncStaticPods(ctx, reported)
+		select {
+		case <-ctx.Done():
+			return
+		case <-events:
+			// Let a burst of writes (an editor's save) settle.
+			time.Sleep(100 * time.Millisecond)
+		case <-a.staticWake:
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool) {
+	results, err := staticpod.LoadDir(a.opts.PodManifestPath, a.opts.NodeName)
+	if err != nil {
+		klog.ErrorS(err, "Reading the manifest directory", "path", a.opts.PodManifestPath)
+		return
+	}
+	wanted := map[string]*corev1.Pod{}
+	for _, r := range results {
+		key := "static/" + r.File
+		if r.Err != nil {
+			if !reported[r.File+r.Hash] {
+				reported[r.File+r.Hash] = true
+				klog.ErrorS(r.Err, "Skipping a malformed static pod manifest")
+				a.nodeEvent(corev1.EventTypeWarning, "StaticPodInvalid", "Skipping static pod manifest: %v", r.Err)
+			}
+			// A malformed edit does not stop the pod that was running.
+			a.mu.Lock()
+			if w, ok := a.workers[key]; ok {
+				wanted[key] = w.pod
+			}
+			a.mu.Unlock()
+			continue
+		}
+		wanted[key] = r.Pod
+	}
+	a.mu.Lock()
+	for key, w := range a.workers {
+		if !w.static {
+			continue
+		}
+		if p, ok := wanted[key]; !ok || p.UID != w.pod.UID {
+			w.delete()
+			delete(a.workers, key)
+		}
+	}
+	for key, p := range wanted {
+		if _, ok := a.workers[key]; !ok {
+			klog.InfoS("Starting static pod", "pod", klog.KObj(p), "file", key[len("static/"):])
+			a.startWorker(ctx, key, newWorker(a, p, true))
+		}
+	}
+	a.mu.Unlock()
+	a.syncMirrors(ctx, wanted)
+}
+
+// syncMirrors creates missing mirror pods, replaces outdated ones, and
+// deletes those whose static pod is gone.
+func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) {
+	byName := map[string]*corev1.Pod{}
+	for _, p := range wanted {
+		byName[p.Namespace+"/"+p.Name] = p
+	}
+	nodeName, nodeUID := a.nodeRef()
+	for _, obj := range a.podLister.List() {
+		m := obj.(*corev1.Pod)
+		hash, isMirror := m.Annotations[staticpod.MirrorAnnotation]
+		if !isMirror {
+			continue
+		}
+		if p, ok := byName[m.Namespace+"/"+m.Name]; ok && string(p.UID) == hash && m.DeletionTimestamp == nil {
+			continue
+		}
+		uid := m.UID
+		err := a.client.CoreV1().Pods(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.ErrorS(err, "Deleting an outdated mirror pod", "pod", klog.KObj(m))
+		}
+	}
+	for _, p := range wanted {
+		if a.mirrorFor(p) != nil {
+			continue
+		}
+		_, err := a.client.CoreV1().Pods(p.Namespace).Create(ctx, staticpod.Mirror(p, nodeName, nodeUID), metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			klog.ErrorS(err, "Creating a mirror pod", "pod", klog.KObj(p))
+			a.nodeEvent(corev1.EventTypeWarning, "MirrorPodFailed", "Creating mirror pod %s/%s: %v", p.Namespace, p.Name, err)
+		}
+	}
+}
+
+// mirrorFor returns the API's mirror pod of static pod p, if it is current.
+func (a *Agent) mirrorFor(p *corev1.Pod) *corev1.Pod {
+	if a.podLister == nil {
+		return nil
+	}
+	obj, ok, _ := a.podLister.GetByKey(p.Namespace + "/" + p.Name)
+	if !ok {
+		return nil
+	}
+	m := obj.(*corev1.Pod)
+	if m.Annotations[staticpod.MirrorAnnotation] != string(p.UID) || m.DeletionTimestamp != nil {
+		return nil
+	}
+	return m
+}
+
+// mirrorChanged re-checks the mirror pods and wakes the static pods' workers
+// so that their status reaches a new mirror at once.
+func (a *Agent) mirrorChanged(*corev1.Pod) {
+	if a.staticWake != nil {
+		select {
+		case a.staticWake <- struct{}{}:
+		default:
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, w := range a.workers {
+		if w.static {
+			w.poke()
+		}
+	}
+}
+
+func (a *Agent) nodeEvent(eventType, reason, format string, args ...any) {
+	eventsTotal.WithLabelValues(reason).Inc()
+	if a.recorder == nil {
+		return
+	}
+	name, uid := a.nodeRef()
+	ref := &corev1.ObjectReference{Kind: "Node", Name: name, UID: uid}
+	a.recorder.Eventf(ref, eventType, reason, format, args...)
+}

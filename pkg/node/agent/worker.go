@@ -1,0 +1,447 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/util/pod"
+
+	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
+	"github.com/steadyplane/steadyplane/pkg/node/probe"
+)
+
+// container is the agent's state of one container of a pod.
+type container struct {
+	spec         corev1.Container
+	init         bool
+	proc         *process
+	restarts     int32
+	backoff      time.Duration
+	notBefore    time.Time // no restart before this (crash-loop backoff)
+	last         *corev1.ContainerStateTerminated
+	done         *corev1.ContainerStateTerminated // exited for good
+	waiting      *corev1.ContainerStateWaiting
+	readiness    *probe.Tracker
+	liveness     *probe.Tracker
+	startup      *probe.Tracker
+	probesCancel context.CancelFunc
+}
+
+// worker runs one pod: its containers as processes, its probes, and its
+// status in the API. Everything it does happens in sync, called from its own
+// goroutine whenever something changed (the pod in the API, a process, a
+// probe) or once a second.
+type worker struct {
+	a    *Agent
+	key  string
+	wake chan struct{}
+	mu   sync.Mutex
+	pod  *corev1.Pod // the latest version the API (or the manifest) gave
+	gone bool        // deleted from the API
+	// static pods run from a manifest; their status goes to the mirror pod.
+	static bool
+
+	containers []*container // init containers first, in order
+	startTime  metav1.Time
+	lastSynced string
+}
+
+func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
+	w := &worker{a: a, key: pod.Namespace + "/" + pod.Name, wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
+	restarts := map[string]int32{}
+	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		restarts[s.Name] = s.RestartCount // an agent restart keeps counting
+	}
+	for _, c := range pod.Spec.InitContainers {
+		w.containers = append(w.containers, &container{spec: c, init: true, restarts: restarts[c.Name]})
+	}
+	for _, c := range pod.Spec.Containers {
+		w.containers = append(w.containers, &container{spec: c, restarts: restarts[c.Name],
+			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
+	}
+	return w
+}
+
+// update gives the worker a newer version of its pod.
+func (w *worker) update(pod *corev1.Pod) {
+	w.mu.Lock()
+	w.pod = pod
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) delete() {
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run drives the pod until it is deleted or ctx ends; it stops every
+// container before it returns.
+func (w *worker) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		pod, gone := w.pod, w.gone
+		w.mu.Unlock()
+		if gone || ctx.Err() != nil {
+			w.stopAll(pod, 0)
+			return
+		}
+		if pod.DeletionTimestamp != nil {
+			w.terminate(ctx, pod)
+			return
+		}
+		w.sync(ctx, pod)
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-t.C:
+		}
+	}
+}
+
+func (w *worker) podDir(pod *corev1.Pod) string {
+	return filepath.Join(w.a.opts.RootDir, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}
+
+// LogPath is where run number restart of container c of pod logs to.
+func (w *worker) logPath(pod *corev1.Pod, c *container) string {
+	return filepath.Join(w.podDir(pod), c.spec.Name, strconv.Itoa(int(c.restarts))+".log")
+}
+
+// sync brings the containers one step towards what the pod asks, then
+// writes the status if it changed.
+func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
+	now := time.Now()
+	initDone := true
+	for _, c := range w.containers {
+		if c.init {
+			if !initDone {
+				continue
+			}
+			if c.done != nil && c.done.ExitCode == 0 {
+				continue
+			}
+			initDone = false
+			w.step(ctx, pod, c, now)
+			continue
+		}
+		if !initDone {
+			c.waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+			continue
+		}
+		w.step(ctx, pod, c, now)
+	}
+	w.writeStatus(ctx, pod)
+}
+
+// step handles one container: notice an exit, restart with backoff, start.
+func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
+	if c.proc != nil {
+		if !c.proc.exited() {
+			if !c.init && !w.verdict(c, probe.Liveness) {
+				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
+				c.proc.stop(gracePeriod(pod))
+				c.liveness = probe.NewTracker(probe.Liveness)
+			} else {
+				return
+			}
+		}
+		code, finished := c.proc.result()
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		term := &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason,
+			StartedAt: metav1.NewTime(c.proc.started), FinishedAt: metav1.NewTime(finished),
+			Message:     terminationMessage(&c.spec, c.proc.logPath, code),
+			ContainerID: containerID(c.proc),
+		}
+		ranFor := finished.Sub(c.proc.started)
+		c.proc = nil
+		w.stopProbes(c)
+		policy := string(pod.Spec.RestartPolicy)
+		if c.init && code == 0 || !ShouldRestart(policy, code) {
+			c.done, c.waiting, c.last = term, nil, nil
+			return
+		}
+		var delay time.Duration
+		delay, c.backoff = RestartDelay(c.backoff, ranFor)
+		c.last, c.done = term, nil
+		c.notBefore = now.Add(delay)
+		c.restarts++
+		if delay > 0 {
+			c.waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s_%s(%s)", delay, c.spec.Name, pod.Name, pod.Namespace, pod.UID)}
+			w.a.event(pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.spec.Name, pod.Name)
+		}
+	}
+	if c.done != nil || now.Before(c.notBefore) {
+		return
+	}
+	env, err := containerEnv(pod, &c.spec, w.a.opts.NodeIP, w.a.opts.NodeIP)
+	if err == nil {
+		c.proc, err = startProcess(&c.spec, env, w.logPath(pod, c))
+	}
+	if err != nil {
+		reason := "RunContainerError"
+		if errors.Is(err, errConfig) {
+			reason = "CreateContainerConfigError"
+		}
+		if c.waiting == nil || c.waiting.Message != err.Error() {
+			w.a.event(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		}
+		c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
+		c.notBefore = now.Add(10 * time.Second)
+		return
+	}
+	c.waiting = nil
+	w.a.event(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
+	if !c.init {
+		w.startProbes(ctx, pod, c, env)
+	}
+}
+
+func containerID(p *process) string {
+	return "steadyplane://" + strconv.Itoa(p.cmd.Process.Pid)
+}
+
+// startProbes runs c's probes until the container exits; each result that
+// changes a verdict wakes the worker at once.
+func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container, env []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	c.probesCancel = cancel
+	c.readiness, c.liveness, c.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
+	spec := c.spec
+	run := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
+		if p == nil {
+			return
+		}
+		go func() {
+			delay := time.Duration(p.InitialDelaySeconds) * time.Second
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				// Liveness and readiness wait for the startup probe.
+				if kind != probe.Startup && spec.StartupProbe != nil && !w.verdict(c, probe.Startup) {
+					t.Reset(probe.Period(p))
+					continue
+				}
+				ok, msg := probe.Run(ctx, p, w.a.opts.NodeIP, &spec, env)
+				if ctx.Err() != nil {
+					return
+				}
+				if !ok {
+					w.a.event(pod, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", kind, msg)
+				}
+				w.mu.Lock()
+				changed := tr.Observe(p, ok)
+				w.mu.Unlock()
+				if changed {
+					w.poke()
+				}
+				if kind == probe.Startup && tr.Passing() {
+					return // a startup probe stops once it succeeded
+				}
+				t.Reset(probe.Period(p))
+			}
+		}()
+	}
+	run(probe.Startup, spec.StartupProbe, c.startup)
+	run(probe.Readiness, spec.ReadinessProbe, c.readiness)
+	run(probe.Liveness, spec.LivenessProbe, c.liveness)
+}
+
+func (w *worker) verdict(c *container, kind probe.Kind) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch kind {
+	case probe.Startup:
+		return c.startup.Passing()
+	case probe.Readiness:
+		return c.readiness.Passing()
+	}
+	return c.liveness.Passing()
+}
+
+func (w *worker) stopProbes(c *container) {
+	if c.probesCancel != nil {
+		c.probesCancel()
+		c.probesCancel = nil
+	}
+}
+
+// containerStatus reports c as the Pod API shows it.
+func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
+	s := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts}
+	if c.last != nil {
+		s.LastTerminationState.Terminated = c.last
+	}
+	switch {
+	case c.proc != nil && !c.proc.exited():
+		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.proc.started)}
+		s.ContainerID = containerID(c.proc)
+		if !c.init {
+			w.mu.Lock()
+			started := c.spec.StartupProbe == nil || c.startup.Passing()
+			s.Started = &started
+			s.Ready = started && (c.spec.ReadinessProbe == nil || c.readiness.Passing())
+			w.mu.Unlock()
+		}
+	case c.done != nil:
+		s.State.Terminated = c.done
+		s.ContainerID = c.done.ContainerID
+		f := false
+		s.Started = &f
+	case c.waiting != nil:
+		s.State.Waiting = c.waiting
+	default:
+		reason := "ContainerCreating"
+		if c.init {
+			reason = "PodInitializing"
+		}
+		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+	}
+	return s
+}
+
+// status computes the pod status the agent owns, on top of old: every
+// condition the agent does not own is kept as it is.
+func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
+	var initStatuses, statuses []corev1.ContainerStatus
+	for _, c := range w.containers {
+		if c.init {
+			initStatuses = append(initStatuses, w.containerStatus(c))
+		} else {
+			statuses = append(statuses, w.containerStatus(c))
+		}
+	}
+	old := pod.Status
+	s := *old.DeepCopy()
+	s.Phase = podstatus.Phase(pod, initStatuses, statuses)
+	s.InitContainerStatuses, s.ContainerStatuses = initStatuses, statuses
+	s.HostIP, s.PodIP = w.a.opts.NodeIP, w.a.opts.NodeIP
+	s.HostIPs, s.PodIPs = []corev1.HostIP{{IP: w.a.opts.NodeIP}}, []corev1.PodIP{{IP: w.a.opts.NodeIP}}
+	if s.StartTime == nil {
+		st := w.startTime
+		s.StartTime = &st
+	}
+	owned := []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		podstatus.Initialized(pod, initStatuses, s.Phase),
+		podstatus.ContainersReady(pod, statuses, s.Phase),
+		podstatus.Ready(pod, old.Conditions, statuses, s.Phase),
+	}
+	owned = podstatus.WithTransitionTimes(owned, old.Conditions, metav1.Now())
+	conditions := make([]corev1.PodCondition, 0, len(old.Conditions)+len(owned))
+	for _, c := range old.Conditions {
+		if !podstatus.IsOwned(c.Type) {
+			conditions = append(conditions, c)
+		}
+	}
+	s.Conditions = append(owned, conditions...)
+	s.Message, s.Reason = "", ""
+	return s
+}
+
+// writeStatus PATCHes the status subresource with what changed: a two-way
+// strategic merge patch between the pod as last seen and that pod with the
+// agent's fields replaced, with a UID precondition (upstream's PatchPodStatus).
+// Conditions written by others are in neither side of the diff's changes, so
+// they are never touched; nothing is sent when nothing changed.
+func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
+	target := w.a.apiPod(w, pod)
+	if target == nil {
+		return
+	}
+	s := w.status(target)
+	_, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
+	if err != nil {
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.ErrorS(err, "Writing pod status", "pod", klog.KObj(target))
+		}
+		return
+	}
+	if !unchanged {
+		klog.V(4).InfoS("Pod status written", "pod", klog.KObj(target), "patch", string(patch))
+		statusWrites.Inc()
+	}
+}
+
+// terminate runs a deletion: stop the containers within the grace period,
+// write the final status, then remove the pod for good (grace 0, UID
+// precondition), as the kubelet does.
+func (w *worker) terminate(ctx context.Context, pod *corev1.Pod) {
+	grace := gracePeriod(pod)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	w.stopAll(pod, grace)
+	w.writeStatus(ctx, pod)
+	if w.static {
+		return
+	}
+	zero := int64(0)
+	err := w.a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(pod.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.ErrorS(err, "Removing a terminated pod", "pod", klog.KObj(pod))
+	}
+}
+
+func (w *worker) stopAll(pod *corev1.Pod, grace time.Duration) {
+	var wg sync.WaitGroup
+	for _, c := range w.containers {
+		w.stopProbes(c)
+		if c.proc != nil && !c.proc.exited() {
+			wg.Add(1)
+			go func(p *process, name string) {
+				defer wg.Done()
+				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
+				p.stop(grace)
+			}(c.proc, c.spec.Name)
+		}
+	}
+	wg.Wait()
+	for _, c := range w.containers {
+		if c.proc != nil {
+			code, finished := c.proc.result()
+			c.done = &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", StartedAt: metav1.NewTime(c.proc.started), FinishedAt: metav1.NewTime(finished), ContainerID: containerID(c.proc)}
+			if code != 0 {
+				c.done.Reason = "Error"
+			}
+			c.proc = nil
+		}
+	}
+}
+
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}

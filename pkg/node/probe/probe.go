@@ -1,0 +1,191 @@
+// Package probe runs the Pod API's container probes (exec, httpGet,
+// tcpSocket) for the node agent, and tracks their results against the probe's
+// thresholds as the kubelet does.
+package probe
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Run runs p once against a container whose pod has address host, and
+// reports success with a message for failures. env is the container's
+// environment, for exec probes.
+func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container, env []string) (bool, string) {
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	switch {
+	case p.Exec != nil:
+		if len(p.Exec.Command) == 0 {
+			return false, "exec probe without a command"
+		}
+		cmd := exec.CommandContext(ctx, p.Exec.Command[0], p.Exec.Command[1:]...)
+		cmd.Env, cmd.Dir = env, c.WorkingDir
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			return false, fmt.Sprintf("command timed out after %v", timeout)
+		}
+		if err != nil {
+			return false, fmt.Sprintf("command %q failed: %v: %s", strings.Join(p.Exec.Command, " "), err, truncate(out))
+		}
+		return true, ""
+	case p.HTTPGet != nil:
+		port, err := resolvePort(p.HTTPGet.Port, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		h := host
+		if p.HTTPGet.Host != "" {
+			h = p.HTTPGet.Host
+		}
+		scheme := strings.ToLower(string(p.HTTPGet.Scheme))
+		if scheme == "" {
+			scheme = "http"
+		}
+		path := p.HTTPGet.Path
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		u := scheme + "://" + net.JoinHostPort(h, strconv.Itoa(port)) + path
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, hd := range p.HTTPGet.HTTPHeaders {
+			req.Header.Add(hd.Name, hd.Value)
+		}
+		req.Header.Set("User-Agent", "steadyplane-probe")
+		// Like the kubelet, an https probe does not verify the certificate:
+		// it asks whether the container answers, not who it is.
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}, //nolint:gosec
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
+		if resp.StatusCode >= 200 && resp.StatusCode < 400 {
+			return true, ""
+		}
+		return false, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode)
+	case p.TCPSocket != nil:
+		port, err := resolvePort(p.TCPSocket.Port, c)
+		if err != nil {
+			return false, err.Error()
+		}
+		h := host
+		if p.TCPSocket.Host != "" {
+			h = p.TCPSocket.Host
+		}
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+		if err != nil {
+			return false, fmt.Sprintf("dial tcp %s: %v", net.JoinHostPort(h, strconv.Itoa(port)), err)
+		}
+		conn.Close()
+		return true, ""
+	case p.GRPC != nil:
+		return false, "gRPC probes are not supported by the steadyplane node agent"
+	}
+	return false, "probe has no handler"
+}
+
+func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
+	if p.Type == intstr.Int {
+		if p.IntVal < 1 || p.IntVal > 65535 {
+			return 0, fmt.Errorf("invalid port %d", p.IntVal)
+		}
+		return int(p.IntVal), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.StrVal {
+			return int(cp.ContainerPort), nil
+		}
+	}
+	if n, err := strconv.Atoi(p.StrVal); err == nil && n > 0 && n < 65536 {
+		return n, nil
+	}
+	return 0, fmt.Errorf("port %q is not a number nor a named port of container %s", p.StrVal, c.Name)
+}
+
+func truncate(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// Kind is what a probe decides: readiness, liveness or startup.
+type Kind string
+
+// The three probe kinds.
+const (
+	Readiness Kind = "Readiness"
+	Liveness  Kind = "Liveness"
+	Startup   Kind = "Startup"
+)
+
+// Tracker turns single probe results into the probe's verdict, with the Pod
+// API's thresholds: successThreshold results in a row to pass (default 1),
+// failureThreshold in a row to fail (default 3). Readiness and startup start
+// failed, liveness starts passed, as in the kubelet.
+type Tracker struct {
+	passing         bool
+	successes, errs int32
+}
+
+// NewTracker returns a tracker in the initial state for kind.
+func NewTracker(kind Kind) *Tracker { return &Tracker{passing: kind == Liveness} }
+
+// Passing is the current verdict.
+func (t *Tracker) Passing() bool { return t.passing }
+
+// Observe records one result and reports whether the verdict changed.
+func (t *Tracker) Observe(p *corev1.Probe, ok bool) bool {
+	success, failure := p.SuccessThreshold, p.FailureThreshold
+	if success <= 0 {
+		success = 1
+	}
+	if failure <= 0 {
+		failure = 3
+	}
+	before := t.passing
+	if ok {
+		t.successes++
+		t.errs = 0
+		if t.successes >= success {
+			t.passing = true
+		}
+	} else {
+		t.errs++
+		t.successes = 0
+		if t.errs >= failure {
+			t.passing = false
+		}
+	}
+	return before != t.passing
+}
+
+// Period returns the probe's period (default 10s).
+func Period(p *corev1.Probe) time.Duration {
+	if p.PeriodSeconds <= 0 {
+		return 10 * time.Second
+	}
+	return time.Duration(p.PeriodSeconds) * time.Second
+}
