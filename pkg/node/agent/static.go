@@ -119,8 +119,10 @@ func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) 
 		if p, ok := byName[m.Namespace+"/"+m.Name]; ok && string(p.UID) == hash && m.DeletionTimestamp == nil {
 			continue
 		}
-		uid := m.UID
-		err := a.client.CoreV1().Pods(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		// Grace 0, as the kubelet does: a mirror pod has no containers of its
+		// own to wait for, and a terminating one blocks its replacement.
+		uid, zero := m.UID, int64(0)
+		err := a.client.CoreV1().Pods(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.ErrorS(err, "Deleting an outdated mirror pod", "pod", klog.KObj(m))
 		}

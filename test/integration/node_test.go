@@ -1,0 +1,269 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/pkg/controlplane"
+)
+
+const (
+	gate1 = "example.com/feature-1"
+	gate2 = "example.com/feature-2"
+)
+
+// TestNodeAgent runs the real API server and "steadyplane node", and drives
+// pods through client-go and kubectl as a user would.
+func TestNodeAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver and the node agent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	o, err := testenv.ControlPlaneOptions(dir, logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := testenv.StartControlPlane(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	defer cp.Stop()
+	if err := cp.Node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.WaitNodeReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("node log:\n%s", cp.Node.LogTail(30))
+		}
+	}()
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	pods := cs.CoreV1().Pods("default")
+
+	t.Run("readiness gates through client-go, every message in turn", func(t *testing.T) {
+		pod := gatedPod("gates-client-go", gate1, gate2)
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionFalse, fmt.Sprintf(`corresponding condition of pod readiness gate %q does not exist., corresponding condition of pod readiness gate %q does not exist.`, gate1, gate2))
+		setGates(ctx, t, cs, pod.Name, map[string]corev1.ConditionStatus{gate1: corev1.ConditionTrue, gate2: corev1.ConditionFalse})
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionFalse, fmt.Sprintf(`the status of pod readiness gate %q is not "True", but False`, gate2))
+		start := time.Now()
+		setGates(ctx, t, cs, pod.Name, map[string]corev1.ConditionStatus{gate2: corev1.ConditionTrue})
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionTrue, "")
+		t.Logf("Ready %v after the last gate's PATCH", time.Since(start).Round(time.Millisecond))
+		got, _ := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if cr := condition(got, corev1.ContainersReady); cr == nil || cr.Status != corev1.ConditionTrue {
+			t.Errorf("ContainersReady = %+v", cr)
+		}
+	})
+
+	t.Run("readiness gates through kubectl", func(t *testing.T) {
+		pod := gatedPod("gates-kubectl", gate1, gate2)
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionFalse, "")
+		waitFor(ctx, t, time.Minute, "kubectl to show Running, gates 0/2", func() (bool, string) {
+			out := kubectlOut(ctx, t, cp, "get", "pod", pod.Name, "-o", "wide", "--no-headers")
+			f := strings.Fields(out)
+			return len(f) >= 9 && f[1] == "1/1" && f[2] == "Running" && f[len(f)-1] == "0/2", out
+		})
+		for _, g := range []string{gate1, gate2} {
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True"}]}}`, g)
+			kubectlOut(ctx, t, cp, "patch", "pod", pod.Name, "--subresource=status", "--type=strategic", "-p", patch)
+		}
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionTrue, "")
+		if out := kubectlOut(ctx, t, cp, "get", "pod", pod.Name, "-o", "wide", "--no-headers"); !strings.HasSuffix(strings.TrimSpace(out), "2/2") {
+			t.Errorf("kubectl get -o wide after the patches: %s", out)
+		}
+	})
+
+	t.Run("another writer's condition survives 100 agent status writes", func(t *testing.T) {
+		pod := gatedPod("other-writer", gate1)
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(ctx, t, cs, pod.Name, corev1.ConditionFalse, "")
+		setGates(ctx, t, cs, pod.Name, map[string]corev1.ConditionStatus{"example.com/other-writer": corev1.ConditionTrue})
+		// Each flip of the gate makes the agent write Ready again.
+		for i := 0; i < 100; i++ {
+			want := corev1.ConditionTrue
+			if i%2 == 1 {
+				want = corev1.ConditionFalse
+			}
+			setGates(ctx, t, cs, pod.Name, map[string]corev1.ConditionStatus{gate1: want})
+			waitReady(ctx, t, cs, pod.Name, want, "")
+		}
+		got, _ := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if c := condition(got, "example.com/other-writer"); c == nil || c.Status != corev1.ConditionTrue {
+			t.Errorf("the other writer's condition after 100 agent writes: %+v", c)
+		}
+	})
+
+	t.Run("a crash-looping container backs off and reports its exit", func(t *testing.T) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crash"}, Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
+			Name: "c", Image: "local", Command: []string{"sh", "-c", "echo the end; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		}}}}
+		created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "CrashLoopBackOff", func() (bool, string) {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil || len(p.Status.ContainerStatuses) == 0 {
+				return false, fmt.Sprint(err)
+			}
+			s := p.Status.ContainerStatuses[0]
+			ok := s.RestartCount >= 2 && s.State.Waiting != nil && s.State.Waiting.Reason == "CrashLoopBackOff" &&
+				strings.HasPrefix(s.State.Waiting.Message, "back-off ") && s.LastTerminationState.Terminated != nil &&
+				s.LastTerminationState.Terminated.ExitCode == 3 && s.LastTerminationState.Terminated.Message == "the end"
+			b, _ := json.Marshal(s)
+			return ok, string(b)
+		})
+		log := filepath.Join(dir, "node", "pods", fmt.Sprintf("default_crash_%s", created.UID), "c", "0.log")
+		if b, err := os.ReadFile(log); err != nil || !strings.Contains(string(b), "the end") {
+			t.Errorf("container log %s: %v %q", log, err, b)
+		}
+	})
+
+	t.Run("static pods follow their manifest file", func(t *testing.T) {
+		manifests := filepath.Join(dir, "manifests")
+		mirror := "static-web-" + o.NodeName
+		write := func(name, content string) {
+			if err := os.WriteFile(filepath.Join(manifests, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		manifest := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-web\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"3600\"]\n"
+		write("web.yaml", manifest)
+		write("broken.yaml", "kind: [")
+		var firstUID types.UID
+		waitFor(ctx, t, time.Minute, "the mirror pod, Running", func() (bool, string) {
+			p, err := pods.Get(ctx, mirror, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			firstUID = p.UID
+			return p.Annotations["kubernetes.io/config.mirror"] != "" && p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
+		})
+		waitFor(ctx, t, time.Minute, "a StaticPodInvalid event", func() (bool, string) {
+			evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=StaticPodInvalid"})
+			return err == nil && len(evs.Items) > 0 && strings.Contains(evs.Items[0].Message, "broken.yaml"), fmt.Sprint(err)
+		})
+		// Delete the mirror: it comes back.
+		if err := pods.Delete(ctx, mirror, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the mirror pod back", func() (bool, string) {
+			p, err := pods.Get(ctx, mirror, metav1.GetOptions{})
+			return err == nil && p.UID != firstUID && p.DeletionTimestamp == nil, fmt.Sprint(err)
+		})
+		// Edit: a new hash and the new command.
+		write("web.yaml", strings.Replace(manifest, `"3600"`, `"3601"`, 1))
+		waitFor(ctx, t, time.Minute, "the edited mirror pod", func() (bool, string) {
+			p, err := pods.Get(ctx, mirror, metav1.GetOptions{})
+			return err == nil && len(p.Spec.Containers) == 1 && p.Spec.Containers[0].Command[1] == "3601" && p.Status.Phase == corev1.PodRunning, fmt.Sprint(err)
+		})
+		// Remove the file: the mirror and the process go.
+		os.Remove(filepath.Join(manifests, "web.yaml"))
+		waitFor(ctx, t, time.Minute, "the mirror pod gone", func() (bool, string) {
+			_, err := pods.Get(ctx, mirror, metav1.GetOptions{})
+			return err != nil, "still there"
+		})
+	})
+}
+
+func gatedPod(name string, gates ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: "steadyplane", Containers: []corev1.Container{{
+			Name: "c", Image: "local", Command: []string{"sleep", "3600"},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1},
+		}}},
+	}
+	for _, g := range gates {
+		p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: corev1.PodConditionType(g)})
+	}
+	return p
+}
+
+func condition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// setGates PATCHes custom conditions on the status subresource, as a
+// readiness-gate controller does.
+func setGates(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, gates map[string]corev1.ConditionStatus) {
+	t.Helper()
+	var conds []corev1.PodCondition
+	for g, s := range gates {
+		conds = append(conds, corev1.PodCondition{Type: corev1.PodConditionType(g), Status: s, LastTransitionTime: metav1.Now()})
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if _, err := cs.CoreV1().Pods("default").Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits until the pod's Ready condition has status want (and
+// message, when given).
+func waitReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, want corev1.ConditionStatus, message string) {
+	t.Helper()
+	waitFor(ctx, t, time.Minute, fmt.Sprintf("%s Ready=%s %q", name, want, message), func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := condition(p, corev1.PodReady)
+		if c == nil {
+			return false, "no Ready condition"
+		}
+		return c.Status == want && (message == "" || c.Message == message), fmt.Sprintf("Ready=%s %s %q", c.Status, c.Reason, c.Message)
+	})
+}
+
+func kubectlOut(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, args ...string) string {
+	t.Helper()
+	k, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := execOutput(ctx, k, append([]string{"--kubeconfig", cp.Kubeconfig()}, args...)...)
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+func execOutput(ctx context.Context, name string, args ...string) (string, error) {
+	b, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(b), err
+}
