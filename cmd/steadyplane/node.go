@@ -13,7 +13,7 @@ import (
 
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
-	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node"}
+	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
 	var kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -26,7 +26,10 @@ conditions follow the kubelet; a pod is Ready when its containers are ready and 
 readiness gate's condition is True (Pod Ready++).
 
 Container logs: <root-dir>/pods/<namespace>_<name>_<uid>/<container>/<restart>.log.
-Containers stop with the agent: SIGTERM, then SIGKILL after the pod's grace period.`,
+With --stop-pods-on-exit (the default) containers stop with the agent: SIGTERM, then
+SIGKILL after the pod's grace period, and die with it if it crashes. Without it they keep
+running; the next agent stops each one it finds (pid file with the process start time, so
+a reused pid is never hit) and starts it again, once: never two copies.`,
 		Example: `  steadyplane node --kubeconfig node.kubeconfig --node-name n1 --node-ip 127.0.0.1 \
     --root-dir /tmp/n1 --pod-manifest-path /tmp/n1/manifests`,
 		Args: cobra.NoArgs,
@@ -51,6 +54,7 @@ Containers stop with the agent: SIGTERM, then SIGKILL after the pod's grace peri
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Directory for pod directories and container logs.")
 	fs.StringVar(&o.PodManifestPath, "pod-manifest-path", o.PodManifestPath, "Directory of static pod manifests (YAML or JSON), watched for changes; empty for none.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus /metrics and /healthz, e.g. 127.0.0.1:10255; empty for none.")
+	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,6 +150,39 @@ func TestNodeAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("an agent killed and restarted runs each container exactly once", func(t *testing.T) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
+			Name: "c", Image: "local", Command: []string{"sleep", "3601"},
+		}}}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "one survivor process", func() (bool, string) {
+			n := countProcesses("sleep\x003601")
+			return n == 1, fmt.Sprintf("%d processes", n)
+		})
+		if err := cp.Node.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-cp.Node.Exited()
+		if err := cp.Node.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.WaitNodeReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the survivor running again", func() (bool, string) {
+			n := countProcesses("sleep\x003601")
+			return n == 1, fmt.Sprintf("%d processes", n)
+		})
+		for i := 0; i < 10; i++ {
+			if n := countProcesses("sleep\x003601"); n != 1 {
+				t.Fatalf("sample %d: %d copies of the container", i, n)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
 	t.Run("static pods follow their manifest file", func(t *testing.T) {
 		manifests := filepath.Join(dir, "manifests")
 		mirror := "static-web-" + o.NodeName
@@ -261,6 +295,19 @@ func kubectlOut(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
 	return out
+}
+
+// countProcesses counts processes whose NUL-separated command line contains s.
+func countProcesses(s string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			n++
+		}
+	}
+	return n
 }
 
 func execOutput(ctx context.Context, name string, args ...string) (string, error) {

@@ -53,6 +53,11 @@ type Options struct {
 	MetricsAddress string
 	// StatusInterval is how often the Node's Ready heartbeat is written.
 	StatusInterval time.Duration
+	// StopPodsOnExit stops every container when the agent stops (SIGTERM,
+	// then SIGKILL after the pod's grace period), and makes containers die
+	// with an agent that crashes. Without it containers keep running; the
+	// next agent stops each one it finds and starts it again, once.
+	StopPodsOnExit bool
 }
 
 // Agent is a running node agent.
@@ -148,7 +153,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	klog.InfoS("Node agent running", "node", a.opts.NodeName, "nodeIP", a.opts.NodeIP, "rootDir", a.opts.RootDir)
 	<-ctx.Done()
-	klog.InfoS("Node agent stopping: stopping every container")
+	if a.opts.StopPodsOnExit {
+		klog.InfoS("Node agent stopping: stopping every container")
+	} else {
+		klog.InfoS("Node agent stopping: containers keep running (--stop-pods-on-exit=false)")
+	}
 	a.wg.Wait()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/logfile"
 )
 
@@ -92,10 +94,10 @@ type process struct {
 	signal   string
 }
 
-// startProcess runs c's command and args with env in c's working directory.
-// The process dies with the agent (SIGKILL on the agent's death), so an agent
-// that crashed and restarts never finds duplicates.
-func startProcess(c *corev1.Container, env []string, logPath string) (*process, error) {
+// startProcess runs c's command and args with env in c's working directory,
+// and records it in pidPath. With dieWithAgent the process gets SIGKILL when
+// the agent dies, so that a crash leaves nothing behind.
+func startProcess(c *corev1.Container, env []string, logPath, pidPath string, dieWithAgent bool) (*process, error) {
 	argv := append(append([]string{}, c.Command...), c.Args...)
 	if len(c.Command) == 0 {
 		return nil, fmt.Errorf("%w: container %s has no command; the steadyplane node agent runs commands on the host and does not read images", errConfig, c.Name)
@@ -110,10 +112,16 @@ func startProcess(c *corev1.Container, env []string, logPath string) (*process, 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, c.WorkingDir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if dieWithAgent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, err
+	}
+	if st, ok := startTime(cmd.Process.Pid); ok {
+		_ = atomicfile.WriteFile(pidPath, []byte(fmt.Sprintf("%d %d\n", cmd.Process.Pid, st)), 0o600)
 	}
 	p := &process{cmd: cmd, logPath: logPath, started: time.Now(), done: make(chan struct{})}
 	go func() {
@@ -170,6 +178,55 @@ func (p *process) stop(grace time.Duration) {
 		<-p.done
 	}
 	_ = syscall.Kill(pgid, syscall.SIGKILL) // children left in the group
+}
+
+// startTime returns a process's start time in clock ticks since boot (field
+// 22 of /proc/<pid>/stat): with the pid, it names one process for good.
+func startTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return 0, false
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	return v, err == nil
+}
+
+// stopLeftover stops the process a pid file names, if it still runs (an
+// agent that exited without stopping its containers left it), and removes
+// the file. It reports whether there was one.
+func stopLeftover(pidPath string, grace time.Duration) bool {
+	b, err := os.ReadFile(pidPath)
+	if err != nil {
+		return false
+	}
+	defer os.Remove(pidPath)
+	var pid int
+	var st uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &st); err != nil || pid <= 1 {
+		return false
+	}
+	if now, ok := startTime(pid); !ok || now != st {
+		return false // gone, or the pid now names another process
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if now, ok := startTime(pid); !ok || now != st {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return true
 }
 
 // terminationMessage reads the container's termination message, as the

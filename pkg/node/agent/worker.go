@@ -34,6 +34,9 @@ type container struct {
 	liveness     *probe.Tracker
 	startup      *probe.Tracker
 	probesCancel context.CancelFunc
+	// checkedLeftover is set once a process left by a previous agent has
+	// been looked for.
+	checkedLeftover bool
 }
 
 // worker runs one pod: its containers as processes, its probes, and its
@@ -102,8 +105,14 @@ func (w *worker) run(ctx context.Context) {
 		w.mu.Lock()
 		pod, gone := w.pod, w.gone
 		w.mu.Unlock()
-		if gone || ctx.Err() != nil {
+		if gone {
 			w.stopAll(pod, 0)
+			return
+		}
+		if ctx.Err() != nil {
+			if w.a.opts.StopPodsOnExit {
+				w.stopAll(pod, gracePeriod(pod))
+			}
 			return
 		}
 		if pod.DeletionTimestamp != nil {
@@ -199,9 +208,18 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 	if c.done != nil || now.Before(c.notBefore) {
 		return
 	}
+	pidPath := filepath.Join(w.podDir(pod), c.spec.Name, "pid")
+	if !c.checkedLeftover {
+		c.checkedLeftover = true
+		if stopLeftover(pidPath, gracePeriod(pod)) {
+			// A previous agent left it running: it is replaced, once.
+			c.restarts++
+			w.a.event(pod, corev1.EventTypeNormal, "Killing", "Stopped container %s left running by a previous node agent; starting it again", c.spec.Name)
+		}
+	}
 	env, err := containerEnv(pod, &c.spec, w.a.opts.NodeIP, w.a.opts.NodeIP)
 	if err == nil {
-		c.proc, err = startProcess(&c.spec, env, w.logPath(pod, c))
+		c.proc, err = startProcess(&c.spec, env, w.logPath(pod, c), pidPath, w.a.opts.StopPodsOnExit)
 	}
 	if err != nil {
 		reason := "RunContainerError"
