@@ -1,11 +1,13 @@
 // Command readiness measures Pod Ready++ on a real control plane and node
 // agent (all on 127.0.0.1):
+//
 //   - the time from a readiness gate condition's PATCH to Ready=True seen
 //     through a watch, for --pods pods one after another (median, p90, worst);
+//
 //   - the node agent's CPU and memory, idle and while it runs --load pods, each
 //     with an exec readiness probe every 10s.
 //
-//	go run ./bench/readiness [--pods 50] [--load 100] [--sample 30s]
+//     go run ./bench/readiness [--pods 50] [--load 100] [--sample 30s]
 package main
 
 import (
