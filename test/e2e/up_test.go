@@ -265,3 +265,54 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	return bin, filepath.Join(t.TempDir(), "sp"), ports, ctx
 }
+
+// TestReadmeReadinessGateWalkthrough runs the README's readiness-gate
+// walkthrough, verbatim, against "steadyplane up".
+func TestReadmeReadinessGateWalkthrough(t *testing.T) {
+	bin, dataDir, ports, ctx := setup(t, 5*time.Minute)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Pods with readiness gates")
+	if !ok {
+		t.Fatal("README has no readiness-gate section")
+	}
+	_, block, ok := strings.Cut(section, "```sh\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README's readiness-gate section has no sh block")
+	}
+	// The walkthrough runs where "up" keeps its data in ./.steadyplane.
+	work := filepath.Dir(dataDir)
+	dataDir = filepath.Join(work, ".steadyplane")
+	up := startUp(t, bin, dataDir, ports)
+	up.waitUp(t, 4*time.Minute)
+	defer up.stop(t)
+	k, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("walkthrough output:\n%s", out)
+	if err != nil {
+		t.Fatalf("the README walkthrough failed: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var gets []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "gated ") {
+			gets = append(gets, l)
+		}
+	}
+	if len(gets) != 2 || !strings.Contains(gets[0], "1/1") || !strings.Contains(gets[0], "Running") || !strings.HasSuffix(gets[0], "0/2") || !strings.HasSuffix(gets[1], "2/2") {
+		t.Errorf("kubectl get -o wide lines %q; want Running with gates 0/2, then 2/2", gets)
+	}
+}
