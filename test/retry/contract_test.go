@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/steadyplane/steadyplane/internal/testenv"
 	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
 	clientifready "github.com/steadyplane/steadyplane/pkg/client/ifready"
-	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // variant is one way of building the client.
@@ -45,32 +45,13 @@ func enableAltSvc(t *testing.T, cfg *rest.Config) {
 	}
 }
 
-type pkiFixture struct {
-	store    *pki.Store
-	ca       *pki.Authority
-	impostor *pki.Authority
-}
-
-func newPKI(t *testing.T) *pkiFixture {
-	st := &pki.Store{Dir: t.TempDir()}
-	ca, err := st.EnsureCA("ca", "retry-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp, err := st.EnsureCA("impostor", "impostor-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pkiFixture{store: st, ca: ca, impostor: imp}
-}
-
 // restClient returns a client-go REST client for host, trusting p's CA,
 // built with v, whose dials are counted.
-func restClient(t *testing.T, p *pkiFixture, host string, v variant, dials *atomic.Int32) *rest.RESTClient {
+func restClient(t *testing.T, p *testenv.TestPKI, host string, v variant, dials *atomic.Int32) *rest.RESTClient {
 	t.Helper()
 	cfg := &rest.Config{
 		Host:            "https://" + host,
-		TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM},
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM},
 		APIPath:         "/api",
 		ContentConfig:   rest.ContentConfig{GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
 		QPS:             1000, Burst: 1000,
@@ -183,10 +164,10 @@ func TestRetryDecisionTable(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			p := newPKI(t)
+			p := testenv.NewTestPKI(t)
 			for _, r := range rows {
 				for _, o := range allOps {
-					fs := newFaultServer(t, p.ca, p.store, r.first)
+					fs := newFaultServer(t, p.CA, p.Store, r.first)
 					if strings.HasPrefix(o.name, "Watch") {
 						fs.watch = true
 					}
@@ -212,7 +193,7 @@ func TestRetryDecisionTable(t *testing.T) {
 func TestNoRetryWithoutConnection(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			p := newPKI(t)
+			p := testenv.NewTestPKI(t)
 			// Connection refused: nothing listens.
 			l, _ := net.Listen("tcp", "127.0.0.1:0")
 			dead := l.Addr().String()
@@ -228,7 +209,7 @@ func TestNoRetryWithoutConnection(t *testing.T) {
 				}
 			}
 			// x509: the server's certificate is from another CA.
-			fs := newFaultServer(t, p.impostor, p.store)
+			fs := newFaultServer(t, p.Impostor, p.Store)
 			for _, o := range []op{doGet, watchGet, streamGet} {
 				before := fs.handshakes.Load()
 				rc := restClient(t, p, fs.host(), v, nil)
@@ -246,7 +227,7 @@ func TestNoRetryWithoutConnection(t *testing.T) {
 func TestRetryDetails(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			p := newPKI(t)
+			p := testenv.NewTestPKI(t)
 			retryable := fault{status: 503, retryAfter: "0"}
 			script := func(n int) []fault {
 				s := make([]fault, n)
@@ -258,7 +239,7 @@ func TestRetryDetails(t *testing.T) {
 
 			t.Run("MaxRetries: N retries are N+1 attempts; default 10", func(t *testing.T) {
 				for _, tc := range []struct{ retries, want int }{{0, 1}, {3, 4}, {-1, 11}} {
-					fs := newFaultServer(t, p.ca, p.store, script(20)...)
+					fs := newFaultServer(t, p.CA, p.Store, script(20)...)
 					rc := restClient(t, p, fs.host(), v, nil)
 					r := rc.Get().Namespace("default").Resource("configmaps")
 					if tc.retries >= 0 {
@@ -274,7 +255,7 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("a byte body is replayed intact", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, retryable)
+				fs := newFaultServer(t, p.CA, p.Store, retryable)
 				rc := restClient(t, p, fs.host(), v, nil)
 				body := `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x"},"data":{"k":"` + strings.Repeat("v", 36000) + `"}}`
 				if err := rc.Post().Namespace("default").Resource("configmaps").Body([]byte(body)).Do(context.Background()).Error(); err != nil {
@@ -287,7 +268,7 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("an opaque body is never replayed", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, retryable)
+				fs := newFaultServer(t, p.CA, p.Store, retryable)
 				rc := restClient(t, p, fs.host(), v, nil)
 				err := rc.Post().Namespace("default").Resource("configmaps").Body(io.NopCloser(strings.NewReader(`{}`))).Do(context.Background()).Error()
 				if err == nil || len(fs.seen()) != 1 {
@@ -296,7 +277,7 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("the context ends a Retry-After wait", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, fault{status: 503, retryAfter: "30"})
+				fs := newFaultServer(t, p.CA, p.Store, fault{status: 503, retryAfter: "30"})
 				rc := restClient(t, p, fs.host(), v, nil)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
@@ -311,7 +292,7 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("the previous attempt's error is wrapped into the final one", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, fault{cut: "eof"}, fault{hang: true})
+				fs := newFaultServer(t, p.CA, p.Store, fault{cut: "eof"}, fault{hang: true})
 				rc := restClient(t, p, fs.host(), v, nil)
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
@@ -322,7 +303,7 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("response bodies are closed before a retry", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, script(4)...)
+				fs := newFaultServer(t, p.CA, p.Store, script(4)...)
 				rc := restClient(t, p, fs.host(), v, nil)
 				if err := rc.Get().Namespace("default").Resource("configmaps").MaxRetries(5).Do(context.Background()).Error(); err != nil {
 					t.Fatal(err)
@@ -335,9 +316,9 @@ func TestRetryDetails(t *testing.T) {
 			})
 
 			t.Run("every attempt passes the rate limiter", func(t *testing.T) {
-				fs := newFaultServer(t, p.ca, p.store, script(2)...)
+				fs := newFaultServer(t, p.CA, p.Store, script(2)...)
 				cfg := &rest.Config{
-					Host: "https://" + fs.host(), TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}, APIPath: "/api",
+					Host: "https://" + fs.host(), TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}, APIPath: "/api",
 					ContentConfig: rest.ContentConfig{GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
 				}
 				lim := &countingLimiter{RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()}
@@ -368,8 +349,8 @@ func TestBackoffEnvironment(t *testing.T) {
 	t.Setenv("KUBE_CLIENT_BACKOFF_DURATION", "60")
 	for _, v := range []variant{variants[0], variants[3]} {
 		t.Run(v.name, func(t *testing.T) {
-			p := newPKI(t)
-			fs := newFaultServer(t, p.ca, p.store, fault{status: 503, retryAfter: "0"}, fault{status: 503, retryAfter: "0"})
+			p := testenv.NewTestPKI(t)
+			fs := newFaultServer(t, p.CA, p.Store, fault{status: 503, retryAfter: "0"}, fault{status: 503, retryAfter: "0"})
 			rc := restClient(t, p, fs.host(), v, nil)
 			if err := rc.Get().Namespace("default").Resource("configmaps").Do(context.Background()).Error(); err != nil {
 				t.Fatal(err)

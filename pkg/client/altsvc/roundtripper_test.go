@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -33,36 +34,16 @@ type apiServer struct {
 
 func (s *apiServer) host() string { return s.srv.Listener.Addr().String() }
 
-type testPKI struct {
-	store    *pki.Store
-	ca       *pki.Authority
-	impostor *pki.Authority
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	st := &pki.Store{Dir: t.TempDir()}
-	ca, err := st.EnsureCA("ca", "test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp, err := st.EnsureCA("impostor-ca", "impostor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testPKI{store: st, ca: ca, impostor: imp}
-}
-
 // startServer serves on ip. Like a real API server's, its certificate names
 // its own address and kubernetes.default; onlyServerName leaves the address
 // out, which proves that a client reaching it verified kubernetes.default.
-func startServer(t testing.TB, p *testPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
+func startServer(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
 	t.Helper()
 	spec := pki.CertSpec{Name: name, CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{ServerName}}
 	if !onlyServerName {
 		spec.IPs = []net.IP{net.ParseIP(ip)}
 	}
-	kp, err := p.store.EnsureCert(ca, spec)
+	kp, err := p.Store.EnsureCert(ca, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +85,9 @@ func startServer(t testing.TB, p *testPKI, ca *pki.Authority, name, ip string, o
 
 // client returns an HTTP client built by client-go from a *rest.Config with
 // the option enabled, as any client-go user would get it.
-func client(t testing.TB, p *testPKI, host string, o Options) (*http.Client, *Pool) {
+func client(t testing.TB, p *testenv.TestPKI, host string, o Options) (*http.Client, *Pool) {
 	t.Helper()
-	cfg := &rest.Config{Host: "https://" + host, TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}}
+	cfg := &rest.Config{Host: "https://" + host, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
 	if o.LocalAddresses == nil {
 		o.LocalAddresses = []net.IP{} // every 127.x is local; keep the server's order
 	}
@@ -154,10 +135,10 @@ func deadAddress(t testing.TB, ip string) string {
 }
 
 func TestRoundTripperLearnsAndFailsOver(t *testing.T) {
-	p := newTestPKI(t)
-	a := startServer(t, p, p.ca, "a", "127.0.0.1", false)
-	b := startServer(t, p, p.ca, "b", "127.0.0.2", true)
-	c := startServer(t, p, p.ca, "c", "127.0.0.3", true)
+	p := testenv.NewTestPKI(t)
+	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+	c := startServer(t, p, p.CA, "c", "127.0.0.3", true)
 	list := fmt.Sprintf(`h2="%s"; ma=60, h2="%s"; ma=60, h2="%s"; ma=60`, a.host(), b.host(), c.host())
 	for _, s := range []*apiServer{a, b, c} {
 		s.altSvc.Store(list)
@@ -198,8 +179,8 @@ func TestRoundTripperLearnsAndFailsOver(t *testing.T) {
 }
 
 func TestRoundTripperConfiguredHosts(t *testing.T) {
-	p := newTestPKI(t)
-	b := startServer(t, p, p.ca, "b", "127.0.0.2", true)
+	p := testenv.NewTestPKI(t)
+	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	orig := deadAddress(t, "127.0.0.1")
 	hc, _ := client(t, p, orig, Options{Hosts: []string{"https://" + b.host()}})
 	got, err := get(hc, "https://"+orig+"/api")
@@ -209,10 +190,10 @@ func TestRoundTripperConfiguredHosts(t *testing.T) {
 }
 
 func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
-	p := newTestPKI(t)
+	p := testenv.NewTestPKI(t)
 
 	t.Run("POST moves when no connection was made, once, body intact", func(t *testing.T) {
-		b := startServer(t, p, p.ca, "b", "127.0.0.2", true)
+		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 		orig := deadAddress(t, "127.0.0.1")
 		hc, _ := client(t, p, orig, Options{Hosts: []string{orig, b.host()}})
 		body := strings.Repeat("x", 40000)
@@ -228,8 +209,8 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 	})
 
 	t.Run("a request cut off by a dying server: POST not resent, GET resent", func(t *testing.T) {
-		a := startServer(t, p, p.ca, "a", "127.0.0.1", false)
-		b := startServer(t, p, p.ca, "b", "127.0.0.2", true)
+		a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 		die := func(s *apiServer, w http.ResponseWriter) bool {
 			s.srv.CloseClientConnections()
 			return true
@@ -243,8 +224,8 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 			t.Errorf("the cut-off POST was resent to b (%d requests)", n)
 		}
 		// The same situation for a GET: a answers, then dies on the next one.
-		a2 := startServer(t, p, p.ca, "a2", "127.0.0.3", false)
-		b2 := startServer(t, p, p.ca, "b2", "127.0.0.4", true)
+		a2 := startServer(t, p, p.CA, "a2", "127.0.0.3", false)
+		b2 := startServer(t, p, p.CA, "b2", "127.0.0.4", true)
 		var served atomic.Int32
 		a2.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if served.Add(1) > 1 {
@@ -264,7 +245,7 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 	})
 
 	t.Run("an opaque body is never moved", func(t *testing.T) {
-		b := startServer(t, p, p.ca, "b", "127.0.0.2", true)
+		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 		orig := deadAddress(t, "127.0.0.1")
 		hc, _ := client(t, p, orig, Options{Hosts: []string{orig, b.host()}})
 		req, _ := http.NewRequest(http.MethodPost, "https://"+orig+"/api", io.NopCloser(strings.NewReader("opaque")))
@@ -278,9 +259,9 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 }
 
 func TestRoundTripperCertificateAndFallback(t *testing.T) {
-	p := newTestPKI(t)
-	impostor := startServer(t, p, p.impostor, "impostor", "127.0.0.2", true)
-	c := startServer(t, p, p.ca, "c", "127.0.0.3", true)
+	p := testenv.NewTestPKI(t)
+	impostor := startServer(t, p, p.Impostor, "impostor", "127.0.0.2", true)
+	c := startServer(t, p, p.CA, "c", "127.0.0.3", true)
 	orig := deadAddress(t, "127.0.0.1")
 	hc, pool := client(t, p, orig, Options{Hosts: []string{impostor.host(), c.host()}, BlockDuration: time.Hour})
 	got, err := get(hc, "https://"+orig+"/api")
@@ -312,11 +293,11 @@ func TestRoundTripperCertificateAndFallback(t *testing.T) {
 // the same GET through the round tripper, on the original host and on an
 // alternative, against a local TLS HTTP/2 server.
 func BenchmarkRoundTrip(b *testing.B) {
-	p := newTestPKI(b)
-	srv := startServer(b, p, p.ca, "a", "127.0.0.1", false)
-	alt := startServer(b, p, p.ca, "b", "127.0.0.2", true)
+	p := testenv.NewTestPKI(b)
+	srv := startServer(b, p, p.CA, "a", "127.0.0.1", false)
+	alt := startServer(b, p, p.CA, "b", "127.0.0.2", true)
 	dead := deadAddress(b, "127.0.0.1")
-	plainCfg := &rest.Config{Host: "https://" + srv.host(), TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}}
+	plainCfg := &rest.Config{Host: "https://" + srv.host(), TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
 	plain, err := rest.HTTPClientFor(plainCfg)
 	if err != nil {
 		b.Fatal(err)

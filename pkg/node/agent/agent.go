@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -34,10 +35,9 @@ import (
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-)
 
-// MirrorAnnotation marks a mirror pod: the API's copy of a static pod.
-const MirrorAnnotation = "kubernetes.io/config.mirror"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+)
 
 // Options configure a node agent.
 type Options struct {
@@ -167,7 +167,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	if !ok {
 		return
 	}
-	if _, mirror := pod.Annotations[MirrorAnnotation]; mirror {
+	if _, mirror := pod.Annotations[staticpod.MirrorAnnotation]; mirror {
 		a.mirrorChanged(pod)
 		return
 	}
@@ -211,7 +211,7 @@ func (a *Agent) podDeleted(obj any) {
 	if !ok {
 		return
 	}
-	if _, mirror := pod.Annotations[MirrorAnnotation]; mirror {
+	if _, mirror := pod.Annotations[staticpod.MirrorAnnotation]; mirror {
 		a.mirrorChanged(nil)
 		return
 	}
@@ -306,22 +306,21 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 }
 
 func (a *Agent) heartbeat(ctx context.Context) {
-	t := time.NewTicker(a.opts.StatusInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := a.writeNodeStatus(ctx); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Node heartbeat")
-			if latest, gerr := a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); gerr == nil {
-				a.mu.Lock()
-				a.node = latest
-				a.mu.Unlock()
-			}
-		}
+	wait.UntilWithContext(ctx, a.writeHeartbeat, a.opts.StatusInterval)
+}
+
+// writeHeartbeat writes the Node's status; after a failure (a conflict, most
+// likely) it reads the Node again for the next turn.
+func (a *Agent) writeHeartbeat(ctx context.Context) {
+	err := a.writeNodeStatus(ctx)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	klog.ErrorS(err, "Node heartbeat")
+	if latest, gerr := a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); gerr == nil {
+		a.mu.Lock()
+		a.node = latest
+		a.mu.Unlock()
 	}
 }
 
