@@ -30,6 +30,7 @@ Start a single-node control plane in ./.steadyplane with:
 		apiserver.NewCommand(),
 		newCertsCommand(),
 		newNodeCommand(),
+		newReadinessControllerCommand(),
 	)
 	return root
 }

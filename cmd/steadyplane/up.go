@@ -43,6 +43,8 @@ keeps every object created before.`,
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and its pods; defaults to the advertise address (127.0.0.1), so probes never dial other addresses.")
 	fs.IntVar(&o.NodeMetricsPort, "node-metrics-port", o.NodeMetricsPort, "Port on 127.0.0.1 for the node agent's Prometheus metrics; 0 for none.")
+	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")
+	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on --bind-address.")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long to wait for etcd and for the API server to become ready.")
 	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "How long each component may take to stop before it is killed.")

@@ -16,14 +16,14 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	if err != nil {
 		return controlplane.Options{}, err
 	}
-	ports, err := FreePorts(4)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return controlplane.Options{}, err
 	}
 	o := *controlplane.NewOptions()
 	o.DataDir = dataDir
 	o.Binary = bin
-	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort = ports[0], ports[1], ports[2], ports[3]
+	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
 	o.RetryAfter = time.Second
 	o.StopGrace = 20 * time.Second
 	o.Out = out

@@ -63,6 +63,11 @@ type Options struct {
 	NodeIP string
 	// NodeMetricsPort serves the node agent's metrics on 127.0.0.1; 0 for none.
 	NodeMetricsPort int
+	// ReadinessController starts "steadyplane readiness-controller" (the
+	// readiness-gate webhook and the load-balancer-ready gate).
+	ReadinessController bool
+	// ReadinessWebhookPort is the webhook's port on BindAddress.
+	ReadinessWebhookPort int
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.
 	ExtraAPIServerArgs []string
@@ -92,6 +97,8 @@ func NewOptions() *Options {
 		Node:                       true,
 		NodeName:                   "steadyplane",
 		NodeMetricsPort:            10255,
+		ReadinessController:        true,
+		ReadinessWebhookPort:       9443,
 		ReadyTimeout:               3 * time.Minute,
 		StopGrace:                  30 * time.Second,
 	}
@@ -106,7 +113,7 @@ type ControlPlane struct {
 	advertise  net.IP
 	lock       *os.File
 
-	Etcd, APIServer, Node *Process
+	Etcd, APIServer, Node, Readiness *Process
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
@@ -145,6 +152,12 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	if cp.opts.ReadinessController {
+		if err := cp.prepareReadiness(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
 	return cp, nil
 }
 
@@ -175,6 +188,9 @@ func (o *Options) validate() error {
 	}
 	if o.Node && len(validation.IsDNS1123Subdomain(o.NodeName)) > 0 {
 		errs = append(errs, fmt.Sprintf("--node-name=%q is not a valid node name: %s", o.NodeName, strings.Join(validation.IsDNS1123Subdomain(o.NodeName), "; ")))
+	}
+	if o.ReadinessController && (o.ReadinessWebhookPort < 1 || o.ReadinessWebhookPort > 65535) {
+		errs = append(errs, fmt.Sprintf("--readiness-webhook-port=%d is not a port", o.ReadinessWebhookPort))
 	}
 	if o.NodeMetricsPort < 0 || o.NodeMetricsPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-metrics-port=%d is not a port", o.NodeMetricsPort))
@@ -250,6 +266,44 @@ func (cp *ControlPlane) prepareNode() error {
 	}
 	cp.Node = &Process{Name: "node", Binary: cp.opts.Binary, Args: args, LogPath: filepath.Join(cp.dataDir, "logs", "node.log")}
 	return nil
+}
+
+// prepareReadiness issues the webhook's serving certificate from the cluster
+// CA (which the API server is given as the caBundle) and its process.
+func (cp *ControlPlane) prepareReadiness() error {
+	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: "readiness-webhook", CommonName: "steadyplane-readiness-webhook",
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress)},
+	})
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(cp.opts.BindAddress, strconv.Itoa(cp.opts.ReadinessWebhookPort))
+	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
+		"readiness-controller", "--kubeconfig=" + cp.kubeconfig, "--webhook-bind-address=" + addr,
+		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
+	}}
+	return nil
+}
+
+// WaitReadinessControllerReady waits until the readiness-gate webhook is registered.
+func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, cp.Readiness, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "steadyplane-readiness-gates", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 }
 
 // WaitNodeReady waits until the node agent's Node is registered and Ready.
@@ -564,7 +618,7 @@ func poll(ctx context.Context, p *Process, timeout, interval time.Duration, chec
 
 // Stop stops the API server, then etcd, each with the configured grace.
 func (cp *ControlPlane) Stop() {
-	for _, p := range []*Process{cp.Node, cp.APIServer, cp.Etcd} {
+	for _, p := range []*Process{cp.Readiness, cp.Node, cp.APIServer, cp.Etcd} {
 		if p == nil || p.Exited() == nil {
 			continue
 		}
@@ -618,6 +672,17 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, time.Since(start).Seconds(), filepath.Join(cp.dataDir, "manifests"))
 	}
+	if cp.Readiness != nil {
+		cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
+		start = time.Now()
+		if err := cp.Readiness.Start(); err != nil {
+			return err
+		}
+		if err := cp.WaitReadinessControllerReady(ctx); err != nil {
+			return err
+		}
+		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", time.Since(start).Seconds())
+	}
 	cp.progressf("kubeconfig: %s", cp.kubeconfig)
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
@@ -641,20 +706,24 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 			if err := cp.restart(ctx, cp.APIServer, backoff, cp.WaitAPIServerReady); err != nil {
 				return err
 			}
-		case <-cp.nodeExited():
+		case <-exitedOf(cp.Node):
 			if err := cp.restart(ctx, cp.Node, backoff, cp.WaitNodeReady); err != nil {
+				return err
+			}
+		case <-exitedOf(cp.Readiness):
+			if err := cp.restart(ctx, cp.Readiness, backoff, cp.WaitReadinessControllerReady); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// nodeExited is the node agent's exit channel, or nil (never ready) without one.
-func (cp *ControlPlane) nodeExited() <-chan struct{} {
-	if cp.Node == nil {
+// exitedOf is an optional child's exit channel, or nil (never ready) without one.
+func exitedOf(p *Process) <-chan struct{} {
+	if p == nil {
 		return nil
 	}
-	return cp.Node.Exited()
+	return p.Exited()
 }
 
 func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowcontrol.Backoff, wait func(context.Context) error) error {

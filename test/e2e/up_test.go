@@ -35,6 +35,7 @@ func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 		"--etcd-client-port", strconv.Itoa(ports[1]),
 		"--etcd-peer-port", strconv.Itoa(ports[2]),
 		"--node-metrics-port", strconv.Itoa(ports[3]),
+		"--readiness-webhook-port", strconv.Itoa(ports[4]),
 	)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -259,7 +260,7 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	ports, err = testenv.FreePorts(4)
+	ports, err = testenv.FreePorts(5)
 	if err != nil {
 		t.Fatal(err)
 	}

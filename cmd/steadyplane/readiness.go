@@ -1,0 +1,56 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/steadyplane/steadyplane/pkg/readinessgates"
+)
+
+func newReadinessControllerCommand() *cobra.Command {
+	o := readinessgates.Options{WebhookAddress: "127.0.0.1:9443"}
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "readiness-controller",
+		Short: "Inject readiness gates into pods and run the load-balancer-ready gate",
+		Long: `Run Pod Ready++ feature integration for the cluster:
+
+- a mutating admission webhook (registered as MutatingWebhookConfiguration
+  steadyplane-readiness-gates, failurePolicy Ignore) that adds readiness gates to pods
+  created in namespaces labelled steadyplane.io/readiness-gates: the gates listed in the
+  namespace's annotation of the same name (comma-separated), or
+  steadyplane.io/load-balancer-ready;
+- the controller of steadyplane.io/load-balancer-ready: True while
+  GET http://<podIP>:<port><path> answers 2xx/3xx, with port and path from the pod's
+  annotations steadyplane.io/load-balancer-port and steadyplane.io/load-balancer-path
+  (default: the first containerPort, "/").`,
+		Example: `  steadyplane readiness-controller --kubeconfig admin.kubeconfig \
+    --tls-cert-file webhook.crt --tls-private-key-file webhook.key --ca-file ca.crt
+  kubectl label namespace team steadyplane.io/readiness-gates=on`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return err
+			}
+			return readinessgates.Run(ctx, cfg, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig; needs to watch pods and namespaces, patch pods/status and write MutatingWebhookConfigurations.")
+	fs.StringVar(&o.WebhookAddress, "webhook-bind-address", o.WebhookAddress, "Address the webhook serves HTTPS on.")
+	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "URL the API server calls; default https://<webhook-bind-address>/mutate.")
+	fs.StringVar(&o.CertFile, "tls-cert-file", o.CertFile, "Webhook serving certificate.")
+	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "Webhook serving key.")
+	fs.StringVar(&o.CAFile, "ca-file", o.CAFile, "CA of the serving certificate, given to the API server as the webhook's caBundle.")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus metrics; empty for none.")
+	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod is checked again.")
+	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}

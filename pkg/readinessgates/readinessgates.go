@@ -1,0 +1,135 @@
+// Package readinessgates runs Pod Ready++ "feature integration" for a
+// cluster ("steadyplane readiness-controller"): the mutating webhook that
+// injects readiness gates (package webhook), and the controller of the
+// steadyplane.io/load-balancer-ready gate (package lbgate, on conditionctl).
+package readinessgates
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/readinessgates/conditionctl"
+	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
+	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
+)
+
+// Options configure the readiness controller.
+type Options struct {
+	// WebhookAddress is where the webhook listens (host:port).
+	WebhookAddress string
+	// WebhookURL is the URL the API server calls; empty means
+	// https://<WebhookAddress>/mutate.
+	WebhookURL string
+	// CertFile and KeyFile are the webhook's serving certificate; CAFile is
+	// the CA that signed it, given to the API server as the caBundle.
+	CertFile, KeyFile, CAFile string
+	// MetricsAddress serves Prometheus metrics; "" for none.
+	MetricsAddress string
+	// CheckInterval is how often each gated pod is checked again.
+	CheckInterval time.Duration
+}
+
+// Run serves the webhook, registers it, and runs the load-balancer gate
+// controller until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+	if err != nil {
+		return fmt.Errorf("webhook serving certificate: %w", err)
+	}
+	caBundle, err := os.ReadFile(o.CAFile)
+	if err != nil {
+		return fmt.Errorf("--ca-file: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(o.WebhookAddress); err != nil {
+		return fmt.Errorf("--webhook-bind-address=%q: %w", o.WebhookAddress, err)
+	}
+	if o.WebhookURL == "" {
+		o.WebhookURL = "https://" + o.WebhookAddress + "/mutate"
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
+	namespaces := factory.Core().V1().Namespaces()
+	nsInformer := namespaces.Informer()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
+		return ctx.Err()
+	}
+	handler := &webhook.Handler{Namespace: func(ctx context.Context, name string) (*corev1.Namespace, error) {
+		return namespaces.Lister().Get(name)
+	}}
+
+	errs := make(chan error, 3)
+	go func() { errs <- webhook.Serve(ctx, o.WebhookAddress, cert, handler) }()
+	if err := waitTLS(ctx, o.WebhookAddress); err != nil {
+		return err
+	}
+	if err := webhook.Register(ctx, client, o.WebhookURL, caBundle); err != nil {
+		return err
+	}
+	klog.InfoS("Readiness-gate webhook registered", "url", o.WebhookURL, "namespaceLabel", webhook.PolicyKey)
+
+	reg := prometheus.NewRegistry()
+	conditionctl.RegisterMetrics(reg)
+	if o.MetricsAddress != "" {
+		go func() {
+			srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		}()
+	}
+	httpClient := lbgate.HTTPClient()
+	ctl := &conditionctl.Controller{
+		Client: client, ConditionType: lbgate.ConditionType, Interval: o.CheckInterval,
+		Check: func(ctx context.Context, pod *corev1.Pod) conditionctl.Result {
+			return lbgate.Check(ctx, httpClient, pod)
+		},
+	}
+	go func() { errs <- ctl.Run(ctx) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+// waitTLS waits until addr accepts connections (the webhook is up before the
+// API server is told about it).
+func waitTLS(ctx context.Context, addr string) error {
+	for i := 0; i < 100; i++ {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("webhook not listening on %s", addr)
+}
