@@ -17,7 +17,8 @@ func newRootCommand() *cobra.Command {
 		Short: "A Kubernetes control plane that stays up",
 		Long: `steadyplane runs the real kube-apiserver on an embedded etcd and adds availability
 mechanisms: retry during server initialization (KEP-3028), Alt-Svc for client-side
-HA across API servers (KEP-3037), and more to come.
+HA across API servers (KEP-3037), a node agent with Pod Ready++ readiness gates,
+and more to come.
 
 Start a single-node control plane in ./.steadyplane with:
 
