@@ -11,11 +11,13 @@ func newUpCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a single-node cluster (etcd + kube-apiserver + node agent) until interrupted",
-		Long: `Run a single-node control plane: create or reuse the certificates, keys and admin
-kubeconfig in the data directory, start "steadyplane etcd" and "steadyplane apiserver"
-as child processes, print how to reach the cluster, restart a child that dies, and
-stop both cleanly on Ctrl-C or SIGTERM. Running it again on the same data directory
-keeps every object created before.`,
+		Long: `Run a single-node cluster: create or reuse the certificates, keys and kubeconfigs
+in the data directory, start "steadyplane etcd", "steadyplane apiserver", a node agent
+("steadyplane node", which runs pods as host processes) and the readiness-gate webhook
+and controller ("steadyplane readiness-controller") as child processes, print how to
+reach the cluster, restart a child that dies, and stop them all cleanly, in reverse
+order, on Ctrl-C or SIGTERM. Running it again on the same data directory keeps every
+object created before.`,
 		Example: `  steadyplane up
   kubectl --kubeconfig .steadyplane/admin.kubeconfig get namespaces
 
