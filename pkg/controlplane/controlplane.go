@@ -289,11 +289,7 @@ func (cp *ControlPlane) prepareReadiness() error {
 
 // WaitReadinessControllerReady waits until the readiness-gate webhook is registered.
 func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error {
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
@@ -308,11 +304,7 @@ func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error 
 
 // WaitNodeReady waits until the node agent's Node is registered and Ready.
 func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
@@ -347,6 +339,15 @@ func (cp *ControlPlane) DataDir() string { return cp.dataDir }
 
 // PKI returns the certificates and keys of the control plane.
 func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
+
+// adminClient returns a clientset with the admin credentials.
+func (cp *ControlPlane) adminClient() (kubernetes.Interface, error) {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
 
 // AdminConfig returns a client configuration with the admin credentials.
 func (cp *ControlPlane) AdminConfig() (*rest.Config, error) {

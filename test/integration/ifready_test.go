@@ -51,13 +51,15 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestRetryDuringServerInitialization(t *testing.T) {
+// startControlPlane starts etcd and the API server for a test in a
+// temporary directory, skipping in -short mode; they stop when the test ends.
+func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlane, controlplane.Options, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-
+	t.Cleanup(cancel)
 	dir := t.TempDir()
 	o, err := testenv.ControlPlaneOptions(dir, logWriter{t})
 	if err != nil {
@@ -67,8 +69,13 @@ func TestRetryDuringServerInitialization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.Close()
-	defer cp.Stop()
+	t.Cleanup(cp.Close)
+	t.Cleanup(cp.Stop)
+	return ctx, cp, o, dir
+}
+
+func TestRetryDuringServerInitialization(t *testing.T) {
+	ctx, cp, _, _ := startControlPlane(t)
 
 	// A user whose rights come from RBAC alone, unlike the admin's
 	// system:masters: during initialization the RBAC authorizer may not have

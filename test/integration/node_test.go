@@ -29,22 +29,7 @@ const (
 // TestNodeAgent runs the real API server and "steadyplane node", and drives
 // pods through client-go and kubectl as a user would.
 func TestNodeAgent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd, kube-apiserver and the node agent")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	o, err := testenv.ControlPlaneOptions(dir, logWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := testenv.StartControlPlane(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Close()
-	defer cp.Stop()
+	ctx, cp, o, dir := startControlPlane(t)
 	if err := cp.Node.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,11 @@
 package altsvc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -277,6 +279,9 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, connected, err := rt.send(req, host, original)
 		if err == nil {
+			err = bufferBody(req, resp)
+		}
+		if err == nil {
 			if prev := rt.pool.succeeded(host, original, resp.Header.Values(wire.HeaderName)); prev != "" {
 				metrics.switches.Inc()
 				klog.InfoS("Switched API server", "from", prev, "to", host)
@@ -312,6 +317,44 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, originalErr
 	}
 	return nil, lastErr
+}
+
+// maxBuffered bounds how much of a response bufferBody reads ahead.
+const maxBuffered = 8 << 20
+
+// bufferBody reads the body of a response to a request that may be sent
+// again (idempotent, not a watch or a followed log) before handing it over,
+// so that a server dying in the middle of its answer is a failure of this
+// attempt, and the request moves to another host, instead of an error the
+// caller gets while reading. Up to maxBuffered bytes are read ahead; the rest,
+// if any, streams as before.
+func bufferBody(req *http.Request, resp *http.Response) error {
+	if !MayResend(req.Method, true, bodyReplayable(req)) || isStreaming(req) || resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(resp.Body, maxBuffered))
+	if err != nil {
+		resp.Body.Close()
+		return fmt.Errorf("reading the response body from %s: %w", req.URL.Host, err)
+	}
+	if n < maxBuffered {
+		resp.Body.Close()
+		resp.Body = io.NopCloser(&buf)
+		return nil
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(&buf, resp.Body), resp.Body}
+	return nil
+}
+
+// isStreaming reports requests whose answer is open-ended: watches and
+// followed logs.
+func isStreaming(req *http.Request) bool {
+	q := req.URL.Query()
+	return q.Get("watch") == "true" || q.Get("watch") == "1" || q.Get("follow") == "true" || strings.Contains(req.URL.Path, "/watch/")
 }
 
 // send sends req to host and reports whether a connection to it was made,

@@ -244,6 +244,23 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 		}
 	})
 
+	t.Run("a GET whose answer is cut off midway is answered by another host", func(t *testing.T) {
+		a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+		a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100000")
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte(strings.Repeat("x", 1000)))
+			w.(http.Flusher).Flush()
+			a.srv.CloseClientConnections()
+		})
+		hc, _ := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}})
+		got, err := get(hc, "https://"+a.host()+"/api")
+		if err != nil || !strings.HasPrefix(got, "b ") {
+			t.Errorf("GET cut off after the headers: %q, %v; want b's whole answer", got, err)
+		}
+	})
+
 	t.Run("an opaque body is never moved", func(t *testing.T) {
 		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 		orig := deadAddress(t, "127.0.0.1")
@@ -256,6 +273,22 @@ func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
 			t.Errorf("opaque body was sent to b (%d requests)", n)
 		}
 	})
+}
+
+func TestIsStreaming(t *testing.T) {
+	for url, want := range map[string]bool{
+		"https://h/api/v1/pods":                                false,
+		"https://h/api/v1/pods?watch=true":                     true,
+		"https://h/api/v1/pods?watch=1&resourceVersion=5":      true,
+		"https://h/api/v1/watch/pods":                          true,
+		"https://h/api/v1/namespaces/a/pods/p/log?follow=true": true,
+		"https://h/api/v1/namespaces/a/pods/p/log":             false,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if got := isStreaming(req); got != want {
+			t.Errorf("isStreaming(%s) = %v", url, got)
+		}
+	}
 }
 
 func TestRoundTripperCertificateAndFallback(t *testing.T) {
