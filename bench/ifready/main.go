@@ -44,23 +44,12 @@ func main() {
 func run(rounds int, duration time.Duration, concurrency int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	dir, err := os.MkdirTemp("", "steadyplane-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-
 	fmt.Println("building steadyplane and starting etcd + apiserver (filter on)...")
-	o, err := testenv.ControlPlaneOptions(filepath.Join(dir, "sp"), nil)
+	cp, stopCluster, err := testenv.StartTempControlPlane(ctx, nil)
 	if err != nil {
 		return err
 	}
-	cp, err := testenv.StartControlPlane(ctx, o)
-	if err != nil {
-		return err
-	}
-	defer cp.Close()
-	defer cp.Stop()
+	defer stopCluster()
 
 	ports, err := testenv.FreePorts(1)
 	if err != nil {
@@ -68,7 +57,7 @@ func run(rounds int, duration time.Duration, concurrency int) error {
 	}
 	fmt.Println("starting a second apiserver on the same etcd (filter off)...")
 	off := &controlplane.Process{
-		Name: "apiserver-filter-off", Binary: cp.APIServer.Binary, LogPath: filepath.Join(dir, "apiserver-off.log"),
+		Name: "apiserver-filter-off", Binary: cp.APIServer.Binary, LogPath: filepath.Join(cp.DataDir(), "logs", "apiserver-off.log"),
 		Args: append(slices.Clone(cp.APIServer.Args), "--secure-port="+strconv.Itoa(ports[0]), "--startup-send-retry-after-if-not-initialized=false"),
 	}
 	if err := off.Start(); err != nil {

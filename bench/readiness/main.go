@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/pkg/controlplane"
 )
 
 const gate = "example.com/bench"
@@ -48,22 +48,13 @@ func main() {
 func run(n, load int, sample time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	dir, err := os.MkdirTemp("", "steadyplane-bench-readiness-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	fmt.Println("starting etcd, apiserver and the node agent on 127.0.0.1...")
-	o, err := testenv.ControlPlaneOptions(filepath.Join(dir, "sp"), nil)
+	cp, stopCluster, err := testenv.StartTempControlPlane(ctx, nil)
 	if err != nil {
 		return err
 	}
-	cp, err := testenv.StartControlPlane(ctx, o)
-	if err != nil {
-		return err
-	}
-	defer cp.Close()
-	defer cp.Stop()
+	defer stopCluster()
+	nodeName := controlplane.NewOptions().NodeName
 	if err := cp.Node.Start(); err != nil {
 		return err
 	}
@@ -80,7 +71,7 @@ func run(n, load int, sample time.Duration) error {
 
 	// Gate latency.
 	for i := 0; i < n; i++ {
-		p := pod(fmt.Sprintf("gate-%d", i), "gate", o.NodeName, nil)
+		p := pod(fmt.Sprintf("gate-%d", i), "gate", nodeName, nil)
 		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return err
@@ -114,7 +105,7 @@ func run(n, load int, sample time.Duration) error {
 	// Agent cost with load pods, each with an exec readiness probe.
 	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 10}
 	for i := 0; i < load-n; i++ {
-		if _, err := pods.Create(ctx, pod(fmt.Sprintf("load-%d", i), "load", o.NodeName, probe), metav1.CreateOptions{}); err != nil {
+		if _, err := pods.Create(ctx, pod(fmt.Sprintf("load-%d", i), "load", nodeName, probe), metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
@@ -57,4 +59,26 @@ func StartControlPlane(ctx context.Context, o controlplane.Options) (*controlpla
 		return nil, err
 	}
 	return cp, nil
+}
+
+// StartTempControlPlane starts etcd and the API server in a new temporary
+// directory, for benchmark programs; stop stops them and removes the directory.
+func StartTempControlPlane(ctx context.Context, out io.Writer) (cp *controlplane.ControlPlane, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "steadyplane-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	o, err := ControlPlaneOptions(filepath.Join(dir, "sp"), out)
+	if err == nil {
+		cp, err = StartControlPlane(ctx, o)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return cp, func() {
+		cp.Stop()
+		cp.Close()
+		os.RemoveAll(dir)
+	}, nil
 }

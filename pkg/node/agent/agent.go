@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -222,10 +223,10 @@ func (a *Agent) podDeleted(obj any) {
 	}
 }
 
-// apiPod returns the API object a worker writes status to: the pod itself,
-// or for a static pod its mirror pod (nil until it exists).
-func (a *Agent) apiPod(w *worker, pod *corev1.Pod) *corev1.Pod {
-	if !w.static {
+// apiPod returns the API object that stands for pod: the pod itself, or for
+// a static pod its mirror pod (nil until it exists). Status and events go to it.
+func (a *Agent) apiPod(pod *corev1.Pod) *corev1.Pod {
+	if pod.Annotations[staticpod.SourceAnnotation] != "file" {
 		return pod
 	}
 	return a.mirrorFor(pod)
@@ -234,20 +235,14 @@ func (a *Agent) apiPod(w *worker, pod *corev1.Pod) *corev1.Pod {
 func (a *Agent) event(pod *corev1.Pod, eventType, reason, format string, args ...any) {
 	eventsTotal.WithLabelValues(reason).Inc()
 	klog.InfoS(fmt.Sprintf(format, args...), "pod", klog.KObj(pod), "reason", reason)
-	if a.recorder != nil {
-		ref := pod
-		if w := a.apiPodForEvent(pod); w != nil {
-			ref = w
-		}
-		a.recorder.Eventf(ref, eventType, reason, format, args...)
+	if a.recorder == nil {
+		return
 	}
-}
-
-func (a *Agent) apiPodForEvent(pod *corev1.Pod) *corev1.Pod {
-	if _, static := pod.Annotations[ConfigSourceAnnotation]; static {
-		return a.mirrorFor(pod)
+	ref := pod
+	if p := a.apiPod(pod); p != nil {
+		ref = p
 	}
-	return nil
+	a.recorder.Eventf(ref, eventType, reason, format, args...)
 }
 
 func (a *Agent) registerNode(ctx context.Context) error {
@@ -326,7 +321,7 @@ func (a *Agent) writeHeartbeat(ctx context.Context) {
 
 // setLeaseOwner makes the Node own its Lease, as the kubelet does, so the
 // Lease goes when the Node does.
-func (a *Agent) setLeaseOwner(l *coordinationLease) error {
+func (a *Agent) setLeaseOwner(l *coordinationv1.Lease) error {
 	a.mu.Lock()
 	node := a.node
 	a.mu.Unlock()

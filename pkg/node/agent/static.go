@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,11 +12,6 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
-
-type coordinationLease = coordinationv1.Lease
-
-// ConfigSourceAnnotation marks a static pod (its value is "file").
-const ConfigSourceAnnotation = staticpod.SourceAnnotation
 
 // staticResync is how often the manifest directory is read even without a
 // file event (events can be lost, e.g. on some network file systems).

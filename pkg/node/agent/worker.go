@@ -393,7 +393,7 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 // Conditions written by others are in neither side of the diff's changes, so
 // they are never touched; nothing is sent when nothing changed.
 func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
-	target := w.a.apiPod(w, pod)
+	target := w.a.apiPod(pod)
 	if target == nil {
 		return
 	}
