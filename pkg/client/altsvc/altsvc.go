@@ -8,23 +8,33 @@
 //
 // The client learns the other API servers from the Alt-Svc header that
 // steadyplane's API servers send to authenticated HTTP/2 clients (or from
-// Options.Hosts), and sends each request to one of them, chosen by Order. A
-// host that cannot be reached is blocked for a while, one whose certificate
-// does not verify is blocked for good. A request moves to another host only if
-// that cannot duplicate it (MayResend). The round tripper never waits and
-// never looks at status codes: client-go's own retry (429/5xx with
-// Retry-After) works above it unchanged.
+// Options.Hosts, or a kubeconfig's steadyplane.io/alternative-services
+// extension), and sends each request to one of them, chosen by Order. A host
+// that cannot be reached is blocked for a while, one whose certificate does
+// not verify is blocked for good. A request moves to another host only if
+// that cannot duplicate it (MayResend). The round tripper never waits, and of
+// status codes it only reads the KEP-3028 refusal (503 with
+// X-Kubernetes-Ready: false), which is guaranteed unprocessed: client-go's own
+// retry (429/5xx with Retry-After) works above it unchanged.
 package altsvc
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +60,11 @@ type Options struct {
 	// Hosts are alternative API servers known in advance, as host:port or
 	// URLs. Hosts learned from Alt-Svc replace them while they are fresh.
 	Hosts []string
+	// CacheDir, if set, is a directory where the hosts learned for the
+	// configured cluster are kept (one 0600 file per cluster, written
+	// atomically), so that a process started while its configured server is
+	// down still finds the others.
+	CacheDir string
 	// BlockDuration is how long a host that failed at the network level is
 	// left out; 0 means 10s.
 	BlockDuration time.Duration
@@ -59,6 +74,10 @@ type Options struct {
 	// connection is pinged, and the time the ping may take; 0 means 2s
 	// (client-go: 30s and 15s). It is what notices a host that vanished.
 	HealthCheckInterval time.Duration
+	// CARefreshInterval is how often client-go is given the chance to re-read
+	// a CA file that changed on disk (client-go itself re-reads it at most
+	// every 5 minutes); 0 means 1 minute.
+	CARefreshInterval time.Duration
 	// Clock is for tests; nil means the real clock.
 	Clock clock.PassiveClock
 	// LocalAddresses are this machine's addresses; nil means those of its
@@ -66,11 +85,7 @@ type Options struct {
 	LocalAddresses []net.IP
 }
 
-// Enable makes every client built from cfg (and from copies made afterwards)
-// fail over between API servers. It wraps closest to the network, under any
-// WrapTransport already set and under client-go's authentication, so it
-// composes with them and with the KEP-3028 option (pkg/client/ifready).
-func Enable(cfg *rest.Config, o Options) (*Pool, error) {
+func (o *Options) defaults() {
 	if o.BlockDuration <= 0 {
 		o.BlockDuration = 10 * time.Second
 	}
@@ -80,9 +95,32 @@ func Enable(cfg *rest.Config, o Options) (*Pool, error) {
 	if o.HealthCheckInterval <= 0 {
 		o.HealthCheckInterval = 2 * time.Second
 	}
+	if o.CARefreshInterval <= 0 {
+		o.CARefreshInterval = time.Minute
+	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.LocalAddresses == nil {
+		o.LocalAddresses = interfaceAddresses()
+	}
+}
+
+// Enable makes every client built from cfg (and from copies made afterwards)
+// fail over between API servers. It wraps closest to the network, under any
+// WrapTransport already set and under client-go's authentication, so it
+// composes with them and with the KEP-3028 option (pkg/client/ifready).
+//
+// The returned Pool is that of the cluster cfg points at. A copy of cfg
+// pointed at another server or trusting other CAs gets a pool of its own: a
+// cluster's hosts are never used for another's requests. Enable refuses a
+// config that skips TLS verification: the alternatives are reached by IP and
+// trusted only because their certificate verifies.
+func Enable(cfg *rest.Config, o Options) (*Pool, error) {
+	if cfg.Insecure {
+		return nil, errors.New("alternative services need TLS verification, but the client config skips it (insecure-skip-tls-verify): an alternative API server would be trusted without proof of who it is")
+	}
+	o.defaults()
 	hosts := make([]string, 0, len(o.Hosts))
 	for _, h := range o.Hosts {
 		a, err := normalizeHost(h)
@@ -91,33 +129,74 @@ func Enable(cfg *rest.Config, o Options) (*Pool, error) {
 		}
 		hosts = append(hosts, a)
 	}
-	if o.LocalAddresses == nil {
-		o.LocalAddresses = interfaceAddresses()
+	origin, err := originOf(cfg.Host)
+	if err != nil {
+		return nil, err
 	}
-	pool := newPool(hosts, o.BlockDuration, o.Clock, isLocalFunc(o.LocalAddresses))
-	var mu sync.Mutex
-	copies := map[*http.Transport]*transports{}
-	wrap := func(rt http.RoundTripper) http.RoundTripper {
-		base := findHTTPTransport(rt)
-		if base == nil {
-			klog.ErrorS(nil, "Alternative services disabled for this client: its transport is not an *http.Transport", "type", fmt.Sprintf("%T", rt))
-			return rt
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		ts, ok := copies[base]
-		if !ok {
-			var err error
-			if ts, err = newTransports(base, o); err != nil {
-				klog.ErrorS(err, "Alternative services disabled for this client")
-				return rt
-			}
-			copies[base] = ts
-		}
-		return &roundTripper{next: rt, pool: pool, ts: ts}
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("alternative services: %w", err)
 	}
-	cfg.WrapTransport = transport.Wrappers(wrap, cfg.WrapTransport)
+	var roots *x509.CertPool
+	if tlsCfg != nil {
+		roots = tlsCfg.RootCAs
+	}
+	r := &registry{opts: o, originHosts: hosts, origin: origin, copies: map[*http.Transport]*transports{}}
+	pool := r.pool(origin, roots)
+	if o.CacheDir != "" && strings.HasPrefix(origin, "https://") {
+		ca, err := caBytes(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("alternative services cache: %w", err)
+		}
+		pool.cacheFile = filepath.Join(o.CacheDir, CacheFileName(origin, ca))
+		pool.loadCache()
+	}
+	cfg.WrapTransport = transport.Wrappers(r.wrap, cfg.WrapTransport)
 	return pool, nil
+}
+
+// CacheFileName is the name of the cache file of the cluster at origin
+// trusted through ca (PEM): a hash of both, so that two clusters never share
+// a file.
+func CacheFileName(origin string, ca []byte) string {
+	h := sha256.New()
+	h.Write([]byte(origin))
+	h.Write([]byte{0})
+	h.Write(ca)
+	return hex.EncodeToString(h.Sum(nil)[:16]) + ".json"
+}
+
+func caBytes(cfg *rest.Config) ([]byte, error) {
+	if len(cfg.CAData) > 0 || cfg.CAFile == "" {
+		return cfg.CAData, nil
+	}
+	b, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("alternative services: reading the CA: %w", err)
+	}
+	return b, nil
+}
+
+// originOf returns scheme://host:port of a rest.Config's Host.
+func originOf(host string) (string, error) {
+	if host == "" {
+		return "", errors.New("alternative services: the client config has no host")
+	}
+	scheme := "https"
+	rest := host
+	if i := strings.Index(host, "://"); i >= 0 {
+		scheme, rest = strings.ToLower(host[:i]), host[i+3:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if rest == "" {
+		return "", fmt.Errorf("alternative services: client config host %q has no host name", host)
+	}
+	return scheme + "://" + CanonicalHost(scheme, rest), nil
 }
 
 func normalizeHost(h string) (string, error) {
@@ -175,6 +254,86 @@ func isLocalFunc(local []net.IP) func(string) bool {
 	}
 }
 
+// registry holds the pools of every cluster the clients of one Enable reach,
+// and the transport copies made for each client-go transport.
+type registry struct {
+	opts        Options
+	origin      string   // the origin Enable was given
+	originHosts []string // Options.Hosts: alternatives of origin only
+
+	mu     sync.Mutex
+	pools  []*poolEntry
+	copies map[*http.Transport]*transports
+}
+
+type poolEntry struct {
+	origin string
+	roots  *x509.CertPool
+	pool   *Pool
+}
+
+// pool returns the pool of the cluster at origin trusted through roots.
+// Pools are told apart by CertPool.Equal, which compares certificates, so
+// client-go's CA reload (a new CertPool with the same certificates) keeps
+// the pool, and a copy trusting another CA gets its own.
+func (r *registry) pool(origin string, roots *x509.CertPool) *Pool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.pools {
+		if e.origin == origin && e.roots.Equal(roots) {
+			return e.pool
+		}
+	}
+	var hosts []string
+	if origin == r.origin {
+		// The configured alternatives belong to the configured server; a
+		// cluster that merely changed its CA keeps them, and a server with
+		// other certificates at that address cannot pass for them anyway.
+		hosts = r.originHosts
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	p := newPool(hosts, r.opts.BlockDuration, r.opts.Clock, isLocalFunc(r.opts.LocalAddresses), binary.LittleEndian.Uint64(seed[:])|1)
+	r.pools = append(r.pools, &poolEntry{origin: origin, roots: roots, pool: p})
+	return p
+}
+
+// transportsFor returns the copies of base, made on first use.
+func (r *registry) transportsFor(base *http.Transport) (*transports, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ts, ok := r.copies[base]; ok {
+		return ts, nil
+	}
+	ts, err := newTransports(base, r.opts)
+	if err != nil {
+		return nil, err
+	}
+	r.copies[base] = ts
+	return ts, nil
+}
+
+// wrap is the WrapTransport of every config made from the enabled one.
+func (r *registry) wrap(rt http.RoundTripper) http.RoundTripper {
+	if up := upgradeTLS(rt); up != nil {
+		return &upgradeRoundTripper{next: rt, reg: r}
+	}
+	base := findHTTPTransport(rt)
+	if base == nil {
+		klog.ErrorS(nil, "Alternative services disabled for this client: its transport is not an *http.Transport", "type", fmt.Sprintf("%T", rt))
+		return rt
+	}
+	if base.TLSClientConfig == nil || base.TLSClientConfig.InsecureSkipVerify {
+		klog.ErrorS(nil, "Alternative services disabled for this client: it does not verify TLS certificates")
+		return rt
+	}
+	if _, err := r.transportsFor(base); err != nil {
+		klog.ErrorS(err, "Alternative services disabled for this client")
+		return rt
+	}
+	return &roundTripper{next: rt, reg: r}
+}
+
 // findHTTPTransport finds the *http.Transport under client-go's wrappers
 // (its transport cache and CA-reloading holder).
 func findHTTPTransport(rt http.RoundTripper) *http.Transport {
@@ -194,8 +353,8 @@ func findHTTPTransport(rt http.RoundTripper) *http.Transport {
 // transports are two copies of client-go's transport (same TLS
 // configuration, dialer and proxy): one for the original host, one whose TLS
 // server name is ServerName for the alternatives. Both have a short dial
-// timeout and a fast HTTP/2 health check, so a vanished host is noticed in
-// seconds instead of client-go's 45.
+// timeout and, over HTTP/2, a fast health check, so a vanished host is
+// noticed in seconds instead of client-go's 45.
 type transports struct {
 	original, alternative *http.Transport
 }
@@ -212,14 +371,22 @@ func newTransports(base *http.Transport, o Options) (*transports, error) {
 	return &transports{original: orig, alternative: alt}, nil
 }
 
+// HTTP2Allowed tells, as client-go does, whether a transport may speak
+// HTTP/2: not when DISABLE_HTTP2 is set, nor when the TLS configuration
+// lists protocols without h2.
+func HTTP2Allowed(disableEnv string, nextProtos []string) bool {
+	if disableEnv != "" {
+		return false
+	}
+	return len(nextProtos) == 0 || contains(nextProtos, "h2")
+}
+
 func copyTransport(base *http.Transport, serverName string, o Options) (*http.Transport, error) {
 	t := base.Clone()
-	// The copy gets an HTTP/2 transport of its own, with its own health check.
-	t.TLSNextProto = nil
+	if t.TLSClientConfig == nil {
+		return nil, errors.New("the client has no TLS configuration; alternative services need HTTPS")
+	}
 	if serverName != "" {
-		if t.TLSClientConfig == nil {
-			return nil, errors.New("the client has no TLS configuration; alternative services need HTTPS")
-		}
 		t.TLSClientConfig.ServerName = serverName
 	}
 	dial := t.DialContext
@@ -235,6 +402,16 @@ func copyTransport(base *http.Transport, serverName string, o Options) (*http.Tr
 	if t.TLSHandshakeTimeout == 0 || t.TLSHandshakeTimeout > o.DialTimeout {
 		t.TLSHandshakeTimeout = o.DialTimeout
 	}
+	// The copy gets an HTTP/2 transport of its own, with its own health
+	// check, unless client-go would not speak HTTP/2 here.
+	if !HTTP2Allowed(os.Getenv("DISABLE_HTTP2"), base.TLSClientConfig.NextProtos) {
+		t.TLSClientConfig.NextProtos = withoutH2(t.TLSClientConfig.NextProtos)
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		t.ForceAttemptHTTP2 = false
+		return t, nil
+	}
+	t.TLSNextProto = nil
+	t.TLSClientConfig.NextProtos = withoutH2(t.TLSClientConfig.NextProtos)
 	h2, err := http2.ConfigureTransports(t)
 	if err != nil {
 		return nil, fmt.Errorf("configuring HTTP/2: %w", err)
@@ -244,11 +421,25 @@ func copyTransport(base *http.Transport, serverName string, o Options) (*http.Tr
 	return t, nil
 }
 
-// roundTripper sends each request to the host the pool chooses.
+// withoutH2 drops h2 from a protocol list that ConfigureTransports is about
+// to add it to again (it would be listed twice).
+func withoutH2(protos []string) []string {
+	out := make([]string, 0, len(protos))
+	for _, p := range protos {
+		if p != "h2" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// roundTripper sends each request to the host the pool of its cluster
+// chooses.
 type roundTripper struct {
 	next http.RoundTripper
-	pool *Pool
-	ts   *transports
+	reg  *registry
+
+	lastCARefresh atomic.Int64 // unix nanoseconds
 }
 
 // WrappedRoundTripper lets client-go find the transport underneath.
@@ -256,37 +447,95 @@ func (rt *roundTripper) WrappedRoundTripper() http.RoundTripper { return rt.next
 
 var _ utilnet.RoundTripperWrapper = &roundTripper{}
 
+// current returns the transport copies of client-go's transport as it is
+// now. client-go replaces its transport when a CA file changes on disk, but
+// looks only inside its own RoundTrip, which requests sent through the copies
+// never reach; so every CARefreshInterval a request that is already canceled
+// is passed through it: client-go re-reads the file and dials nothing.
+func (rt *roundTripper) current() (*transports, *http.Transport, error) {
+	if _, plain := rt.next.(*http.Transport); !plain {
+		now := rt.reg.opts.Clock.Now().UnixNano()
+		last := rt.lastCARefresh.Load()
+		if now-last >= int64(rt.reg.opts.CARefreshInterval) && rt.lastCARefresh.CompareAndSwap(last, now) {
+			refreshCA(rt.next)
+		}
+	}
+	base := findHTTPTransport(rt.next)
+	if base == nil {
+		return nil, nil, errors.New("alternative services: client-go's transport is gone")
+	}
+	ts, err := rt.reg.transportsFor(base)
+	return ts, base, err
+}
+
+func refreshCA(next http.RoundTripper) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://ca-refresh.invalid/", nil)
+	if err != nil {
+		return
+	}
+	if resp, err := next.RoundTrip(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
 // RoundTrip implements http.RoundTripper.
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	// Only HTTPS is eligible (KEP-3037); connection upgrades (SPDY, websockets)
-	// keep client-go's own path.
-	if req.URL.Scheme != "https" || req.Header.Get("Upgrade") != "" {
+	// Only HTTPS is eligible (KEP-3037).
+	if req.URL.Scheme != "https" {
 		return rt.next.RoundTrip(req)
 	}
-	original := req.URL.Host
-	plan := rt.pool.plan(original)
+	ts, base, err := rt.current()
+	if err != nil {
+		return nil, err
+	}
+	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
+	pool := rt.reg.pool("https://"+original, base.TLSClientConfig.RootCAs)
+	learn := MayLearnFrom(req.URL.Path)
+	plan := pool.plan(original)
 	var lastErr, originalErr error
+	var refusal *http.Response // the last KEP-3028 refusal, returned if no host does better
 	for i, host := range plan {
-		if i > 0 {
-			if req.GetBody != nil {
-				body, err := req.GetBody()
-				if err != nil {
-					return nil, errors.Join(lastErr, fmt.Errorf("replaying the request body: %w", err))
-				}
-				req = req.Clone(req.Context())
-				req.Body = body
+		if i > 0 && req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, errors.Join(lastErr, fmt.Errorf("replaying the request body: %w", err))
 			}
+			req = req.Clone(req.Context())
+			req.Body = body
 		}
-		resp, connected, err := rt.send(req, host, original)
+		resp, phase, err := send(ts, req, host, original)
+		buffered := false
 		if err == nil {
-			err = bufferBody(req, resp)
+			if f, wait := ClassifyResponse(resp.StatusCode, resp.Header); f == NotReadyFailure {
+				rt.recordFailure(pool, host, f, errors.New("answered 503 with X-Kubernetes-Ready: false"), wait)
+				if i == len(plan)-1 || !bodyReplayable(req) {
+					return resp, nil // client-go's retry honours its Retry-After
+				}
+				// Refused unprocessed: keep the answer in case no other host
+				// does better, and move on at once.
+				refusal = keepRefusal(resp)
+				continue
+			}
+			buffered, err = bufferBody(req, resp)
 		}
 		if err == nil {
-			if prev := rt.pool.succeeded(host, original, resp.Header.Values(wire.HeaderName)); prev != "" {
+			if refusal != nil {
+				refusal.Body.Close()
+			}
+			var altSvc []string
+			if learn {
+				altSvc = resp.Header.Values(wire.HeaderName)
+			}
+			if prev := pool.succeeded(host, original, altSvc); prev != "" {
 				metrics.switches.Inc()
 				klog.InfoS("Switched API server", "from", prev, "to", host)
 			}
 			metrics.requests.WithLabelValues(host, "ok").Inc()
+			if !buffered {
+				watchBody(req, resp, func(err error) { rt.streamFailed(pool, host, err) })
+			}
 			return resp, nil
 		}
 		lastErr = err
@@ -297,19 +546,20 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			metrics.requests.WithLabelValues(host, "canceled").Inc()
 			return nil, err
 		}
-		f := Classify(err)
-		metrics.requests.WithLabelValues(host, f.String()).Inc()
+		f := Classify(err, phase)
 		if f == NotHostFailure {
+			metrics.requests.WithLabelValues(host, f.String()).Inc()
 			return nil, err
 		}
-		if rt.pool.failed(host, f, err) {
-			metrics.blocks.WithLabelValues(f.String()).Inc()
-			klog.InfoS("Blocked API server", "host", host, "failure", f, "err", err, "forever", f == CertificateFailure)
-		}
-		metrics.blocked.Set(float64(rt.pool.BlockedCount()))
-		if !MayResend(req.Method, connected, bodyReplayable(req)) {
+		rt.recordFailure(pool, host, f, err, 0)
+		if !MayResend(req.Method, phase == Connected, bodyReplayable(req)) {
 			return nil, err
 		}
+	}
+	if refusal != nil {
+		// Every host was either refusing or down: client-go's retry honours
+		// the refusal's Retry-After.
+		return refusal, nil
 	}
 	// Every host failed: the caller sees the error of the host it configured,
 	// as it would without the option.
@@ -317,6 +567,32 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, originalErr
 	}
 	return nil, lastErr
+}
+
+func (rt *roundTripper) recordFailure(pool *Pool, host string, f Failure, err error, wait time.Duration) {
+	metrics.requests.WithLabelValues(host, f.String()).Inc()
+	if pool.failed(host, f, err, wait) {
+		metrics.blocks.WithLabelValues(f.String()).Inc()
+		klog.InfoS("Blocked API server", "host", host, "failure", f, "err", err, "forever", f == CertificateFailure)
+	}
+	metrics.blocked.Set(float64(pool.BlockedCount()))
+}
+
+// streamFailed counts a watch or stream that broke midway against its host,
+// so that the client's next request (the re-watch) goes elsewhere.
+func (rt *roundTripper) streamFailed(pool *Pool, host string, err error) {
+	if f := Classify(err, Connected); f == NetworkFailure {
+		rt.recordFailure(pool, host, f, fmt.Errorf("stream broke: %w", err), 0)
+	}
+}
+
+// keepRefusal returns resp with its (small) body read into memory, so the
+// connection is free and the answer can still be returned later.
+func keepRefusal(resp *http.Response) *http.Response {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp
 }
 
 // maxBuffered bounds how much of a response bufferBody reads ahead.
@@ -328,26 +604,54 @@ const maxBuffered = 8 << 20
 // attempt, and the request moves to another host, instead of an error the
 // caller gets while reading. Up to maxBuffered bytes are read ahead; the rest,
 // if any, streams as before.
-func bufferBody(req *http.Request, resp *http.Response) error {
-	if !MayResend(req.Method, true, bodyReplayable(req)) || isStreaming(req) || resp.Body == nil || resp.Body == http.NoBody {
-		return nil
+// It reports whether the whole body is now in memory.
+func bufferBody(req *http.Request, resp *http.Response) (bool, error) {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return true, nil
+	}
+	if !MayResend(req.Method, true, bodyReplayable(req)) || isStreaming(req) {
+		return false, nil
 	}
 	var buf bytes.Buffer
 	n, err := io.Copy(&buf, io.LimitReader(resp.Body, maxBuffered))
 	if err != nil {
 		resp.Body.Close()
-		return fmt.Errorf("reading the response body from %s: %w", req.URL.Host, err)
+		return false, fmt.Errorf("reading the response body from %s: %w", req.URL.Host, err)
 	}
 	if n < maxBuffered {
 		resp.Body.Close()
 		resp.Body = io.NopCloser(&buf)
-		return nil
+		return true, nil
 	}
 	resp.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(&buf, resp.Body), resp.Body}
-	return nil
+	return false, nil
+}
+
+// watchBody makes a read error on a body that is still streaming from the
+// network (a watch, a followed log, the rest of a large answer) call
+// onError, unless the caller ended the request.
+func watchBody(req *http.Request, resp *http.Response, onError func(error)) {
+	resp.Body = &reportingBody{ReadCloser: resp.Body, ctx: req.Context(), onError: onError}
+}
+
+// reportingBody reports the first read error that is not the end of the
+// body nor the caller's doing.
+type reportingBody struct {
+	io.ReadCloser
+	ctx      context.Context
+	onError  func(error)
+	reported atomic.Bool
+}
+
+func (b *reportingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.ctx.Err() == nil && b.reported.CompareAndSwap(false, true) {
+		b.onError(err)
+	}
+	return n, err
 }
 
 // isStreaming reports requests whose answer is open-ended: watches and
@@ -357,22 +661,22 @@ func isStreaming(req *http.Request) bool {
 	return q.Get("watch") == "true" || q.Get("watch") == "1" || q.Get("follow") == "true" || strings.Contains(req.URL.Path, "/watch/")
 }
 
-// send sends req to host and reports whether a connection to it was made,
-// i.e. whether the server may have seen the request.
-func (rt *roundTripper) send(req *http.Request, host, original string) (*http.Response, bool, error) {
-	var connected atomic.Bool
+// send sends req to host and reports how far it got with it (see Phase).
+func send(ts *transports, req *http.Request, host, original string) (*http.Response, Phase, error) {
+	var phase atomic.Int32
 	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+		GetConn: func(string) { phase.CompareAndSwap(int32(BeforeConnecting), int32(Connecting)) },
+		GotConn: func(httptrace.GotConnInfo) { phase.Store(int32(Connected)) },
 	})
 	out := req.WithContext(ctx)
-	t := rt.ts.original
+	t := ts.original
 	if host != original {
 		u := *req.URL
 		u.Host = host
 		out.URL = &u
 		out.Host = ServerName
-		t = rt.ts.alternative
+		t = ts.alternative
 	}
 	resp, err := t.RoundTrip(out)
-	return resp, connected.Load(), err
+	return resp, Phase(phase.Load()), err
 }

@@ -5,19 +5,26 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/steadyplane/steadyplane/pkg/ifready"
 )
 
 // OrderInput is what Order decides from.
 type OrderInput struct {
-	// Original is the host of the request as the client built it.
+	// Original is the host of the request as the client built it, as
+	// host:port (see CanonicalHost).
 	Original string
 	// Current is the host the last successful request used ("" before any).
 	Current string
@@ -27,6 +34,11 @@ type OrderInput struct {
 	Blocked func(host string) bool
 	// Local reports whether a host is an address of this machine.
 	Local func(host string) bool
+	// Seed spreads clients over the alternatives: each client orders the
+	// alternatives of equal rank by a hash of its seed and the host, so that
+	// clients given the same list do not all pick its first entry. 0 keeps
+	// the listed order.
+	Seed uint64
 	// LastResort are hosts blocked after a network failure, soonest
 	// unblocked first: tried only when everything else has failed, since a
 	// host that was down a few seconds ago may be back (a restart takes less
@@ -35,23 +47,35 @@ type OrderInput struct {
 }
 
 // Order returns the hosts to try for one request, best first, following
-// KEP-3037: stick to the host that worked; otherwise prefer a local
-// alternative, then the original host if it is listed, then the others in the
-// server's order. Blocked hosts are left out. The original host comes after
-// them if it is not already in the list, blocked or not: when every
-// alternative has failed the client falls back to what it was configured with.
-// Only then come the LastResort hosts.
+// KEP-3037 with one change: stick to the host that worked; otherwise prefer a
+// local alternative, then the original host (listed or not: a DNS name or a
+// load balancer that works is kept), then the other alternatives in the
+// client's own order (Seed). Blocked hosts are left out. The original host
+// comes after them if it is blocked: when every alternative has failed the
+// client falls back to what it was configured with. Only then come the
+// LastResort hosts.
 func Order(in OrderInput) []string {
-	usable := make([]string, 0, len(in.Candidates)+1)
+	blocked := func(h string) bool { return in.Blocked != nil && in.Blocked(h) }
+	usable := make([]string, 0, len(in.Candidates)+2)
 	for _, h := range in.Candidates {
-		if h == "" || contains(usable, h) || (in.Blocked != nil && in.Blocked(h)) {
+		if h == "" || contains(usable, h) || blocked(h) {
 			continue
 		}
 		usable = append(usable, h)
 	}
+	if in.Original != "" && !contains(usable, in.Original) && !blocked(in.Original) {
+		usable = append(usable, in.Original)
+	}
+	// The current host counts only while it is still a candidate or the
+	// original: a server that left the list is not kept just because it was
+	// in use.
+	current := ""
+	if contains(usable, in.Current) {
+		current = in.Current
+	}
 	rank := func(h string) int {
 		switch {
-		case h == in.Current:
+		case h == current:
 			return 0
 		case in.Local != nil && in.Local(h):
 			return 1
@@ -61,13 +85,17 @@ func Order(in OrderInput) []string {
 			return 3
 		}
 	}
-	// A stable insertion sort by rank keeps the server's order within a rank.
-	for i := 1; i < len(usable); i++ {
-		for j := i; j > 0 && rank(usable[j]) < rank(usable[j-1]); j-- {
-			usable[j], usable[j-1] = usable[j-1], usable[j]
+	sort.SliceStable(usable, func(i, j int) bool {
+		ri, rj := rank(usable[i]), rank(usable[j])
+		if ri != rj {
+			return ri < rj
 		}
-	}
-	if !contains(usable, in.Original) {
+		if ri == 3 && in.Seed != 0 {
+			return spread(in.Seed, usable[i]) < spread(in.Seed, usable[j])
+		}
+		return false
+	})
+	if in.Original != "" && !contains(usable, in.Original) {
 		usable = append(usable, in.Original)
 	}
 	for _, h := range in.LastResort {
@@ -78,6 +106,18 @@ func Order(in OrderInput) []string {
 	return usable
 }
 
+// spread is the position of host in the order of the client with seed: a
+// hash of the host mixed with the seed by splitmix64's finalizer, so that
+// hosts differing in one byte land far apart.
+func spread(seed uint64, host string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(host))
+	z := h.Sum64() ^ seed
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
 func contains(list []string, s string) bool {
 	for _, v := range list {
 		if v == s {
@@ -85,6 +125,20 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// CanonicalHost returns the host:port a URL's host names, with the scheme's
+// default port when none is given, so that "lb.example" and
+// "lb.example:443" are one host.
+func CanonicalHost(scheme, host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	port := "443"
+	if scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), port)
 }
 
 // Failure says what a failed attempt tells about the host it was sent to.
@@ -100,6 +154,11 @@ const (
 	// CertificateFailure: the host's certificate did not verify; it is not
 	// the API server it claims to be, and is blocked for good.
 	CertificateFailure
+	// NotReadyFailure: the host refused the request because it has not
+	// finished initializing (KEP-3028: 503 with X-Kubernetes-Ready: false).
+	// The request was not processed; the host is blocked for its
+	// Retry-After, at most the block duration.
+	NotReadyFailure
 )
 
 func (f Failure) String() string {
@@ -108,14 +167,34 @@ func (f Failure) String() string {
 		return "network"
 	case CertificateFailure:
 		return "certificate"
+	case NotReadyFailure:
+		return "not ready"
 	default:
 		return "not the host's fault"
 	}
 }
 
+// Phase is how far an attempt got with its host.
+type Phase int
+
+const (
+	// BeforeConnecting: the attempt failed before it asked for a connection
+	// (a malformed request); no host was involved.
+	BeforeConnecting Phase = iota
+	// Connecting: a connection was asked for and never obtained (dial, TLS
+	// handshake, proxy). Whatever failed, it failed on the way to this host.
+	Connecting
+	// Connected: the request was written to a connection; the server may
+	// have seen it.
+	Connected
+)
+
 // Classify tells what err, returned by a transport for a request whose own
-// context has not ended, says about the host.
-func Classify(err error) Failure {
+// context has not ended, says about the host. Any error while Connecting is
+// the host's (a host that speaks plain HTTP fails the TLS handshake with a
+// tls.RecordHeaderError, for one); after that only errors known to come from
+// the network or from a certificate are.
+func Classify(err error, phase Phase) Failure {
 	if err == nil {
 		return NotHostFailure
 	}
@@ -130,6 +209,9 @@ func Classify(err error) Failure {
 	}
 	if errors.Is(err, context.Canceled) {
 		return NotHostFailure
+	}
+	if phase == Connecting {
+		return NetworkFailure
 	}
 	var (
 		opErr  *net.OpError
@@ -147,7 +229,7 @@ func Classify(err error) Failure {
 	// x/net/http2 reports a connection closed by its health check or by the
 	// peer as plain errors.
 	msg := err.Error()
-	for _, s := range []string{"http2: client connection lost", "http2: client connection force closed", "connection reset by peer", "broken pipe", "use of closed network connection", "http2: server sent GOAWAY"} {
+	for _, s := range []string{"http2: client connection lost", "http2: client connection force closed", "connection reset by peer", "broken pipe", "use of closed network connection", "http2: server sent GOAWAY", "http2: response body closed"} {
 		if strings.Contains(msg, s) {
 			return NetworkFailure
 		}
@@ -155,11 +237,28 @@ func Classify(err error) Failure {
 	return NotHostFailure
 }
 
+// ClassifyResponse tells what a response says about the host that sent it:
+// NotReadyFailure, with how long to leave the host out, for a KEP-3028
+// refusal (503 with X-Kubernetes-Ready: false, guaranteed unprocessed);
+// NotHostFailure for every other answer, which client-go's own retry handles.
+func ClassifyResponse(status int, h http.Header) (Failure, time.Duration) {
+	if status != http.StatusServiceUnavailable || ifready.AnswerFromHeader(h) != ifready.Initializing {
+		return NotHostFailure, 0
+	}
+	wait := time.Second
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
+		wait = time.Duration(s) * time.Second
+	}
+	return NotReadyFailure, wait
+}
+
 // MayResend reports whether a request that failed on one host may be sent to
 // another. A request that never got a connection reached no server and may
-// always be resent; once a connection was made, the server may have acted on
-// it, so only methods that are safe to repeat are resent. A body that cannot be
-// produced again (an opaque reader) is never resent.
+// always be resent, and so may one the server refused as not ready (KEP-3028
+// guarantees it was not processed); once a connection was made otherwise, the
+// server may have acted on it, so only methods that are safe to repeat are
+// resent. A body that cannot be produced again (an opaque reader) is never
+// resent.
 func MayResend(method string, connected, bodyReplayable bool) bool {
 	if !bodyReplayable {
 		return false
@@ -172,6 +271,19 @@ func MayResend(method string, connected, bodyReplayable bool) bool {
 		return true
 	}
 	return false
+}
+
+// MayLearnFrom reports whether the Alt-Svc header of a response to path may
+// be believed: only an API server's own answers count, never one relayed
+// from a pod, service or node through a proxy subresource, where the backend
+// chooses the headers.
+func MayLearnFrom(path string) bool {
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "proxy" {
+			return false
+		}
+	}
+	return true
 }
 
 // bodyReplayable reports whether req's body can be produced again.

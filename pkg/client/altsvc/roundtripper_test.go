@@ -39,18 +39,7 @@ func (s *apiServer) host() string { return s.srv.Listener.Addr().String() }
 // out, which proves that a client reaching it verified kubernetes.default.
 func startServer(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
 	t.Helper()
-	spec := pki.CertSpec{Name: name, CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{ServerName}}
-	if !onlyServerName {
-		spec.IPs = []net.IP{net.ParseIP(ip)}
-	}
-	kp, err := p.Store.EnsureCert(ca, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsCfg := issueServing(t, p, ca, name, ip, onlyServerName)
 	s := &apiServer{name: name, bodies: make(chan string, 100)}
 	s.altSvc.Store("")
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,10 +66,45 @@ func startServer(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip s
 	}
 	s.srv.Listener = l
 	s.srv.EnableHTTP2 = true
-	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	s.srv.TLS = tlsCfg
 	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// issueServing returns a server TLS configuration with a certificate from ca
+// for kubernetes.default and, unless onlyServerName, for ip.
+func issueServing(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *tls.Config {
+	t.Helper()
+	spec := pki.CertSpec{Name: name, CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{ServerName}}
+	if !onlyServerName {
+		spec.IPs = []net.IP{net.ParseIP(ip)}
+	}
+	kp, err := p.Store.EnsureCert(ca, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}}
+}
+
+func serverTLS(t testing.TB, p *testenv.TestPKI, ip string) *tls.Config {
+	return issueServing(t, p, p.CA, "srv-"+ip, ip, false)
+}
+
+func serverTLSNamed(t testing.TB, p *testenv.TestPKI, _ string) *tls.Config {
+	return issueServing(t, p, p.CA, "named", "", true)
+}
+
+func certPool(t testing.TB, caPEM []byte) *x509.CertPool {
+	cp := x509.NewCertPool()
+	if !cp.AppendCertsFromPEM(caPEM) {
+		t.Fatal("bad CA PEM")
+	}
+	return cp
 }
 
 // client returns an HTTP client built by client-go from a *rest.Config with
