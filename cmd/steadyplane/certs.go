@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -18,6 +19,7 @@ func newCertsCommand() *cobra.Command {
 		etcdIPs            []net.IP
 		kubeconfigServer   string
 		kubeconfigFilePath string
+		alternatives       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "certs",
@@ -27,7 +29,8 @@ service-account key pair and an admin kubeconfig in a directory, as "up" does. U
 to prepare several API servers or etcd members by hand: give every address they serve on.
 Existing CAs and keys are never replaced.`,
 		Example: `  steadyplane certs --dir ./pki --apiserver-ip 10.0.0.1,10.0.0.2 --etcd-ip 10.0.0.1,10.0.0.2 \
-    --kubeconfig-server https://10.0.0.1:6443`,
+    --kubeconfig-server https://10.0.0.1:6443 \
+    --alternative-services 10.0.0.1:6443,10.0.0.2:6443`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -40,7 +43,7 @@ Existing CAs and keys are never replaced.`,
 			if path == "" {
 				path = filepath.Join(dir, "admin.kubeconfig")
 			}
-			if err := pki.WriteKubeconfig(path, kubeconfigServer, "admin", c.CA, c.Admin); err != nil {
+			if err := clientconfig.WriteKubeconfig(path, kubeconfigServer, "admin", c.CA, c.Admin, alternatives); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "certificates in %s; admin kubeconfig %s\n", dir, path)
@@ -53,6 +56,7 @@ Existing CAs and keys are never replaced.`,
 	fs.StringSliceVar(&apiserverDNS, "apiserver-dns", nil, "Extra DNS names for the API server serving certificate (the kubernetes.default names are always added).")
 	fs.IPSliceVar(&etcdIPs, "etcd-ip", nil, "Addresses the etcd serving certificate must carry (127.0.0.1 is always added).")
 	fs.StringVar(&kubeconfigServer, "kubeconfig-server", "https://127.0.0.1:6443", "Server URL written into the admin kubeconfig.")
+	fs.StringSliceVar(&alternatives, "alternative-services", nil, "API servers (host:port) written into the kubeconfig's steadyplane.io/alternative-services extension, so that \"steadyplane kubectl\" and steadyplane's components fail over between them from the first request.")
 	fs.StringVar(&kubeconfigFilePath, "kubeconfig", "", "Where to write the admin kubeconfig; defaults to <dir>/admin.kubeconfig.")
 	return cmd
 }

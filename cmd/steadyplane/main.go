@@ -10,5 +10,8 @@ import (
 )
 
 func main() {
+	if isKubectl(os.Args) {
+		os.Exit(runKubectl(os.Args))
+	}
 	os.Exit(cli.Run(newRootCommand()))
 }

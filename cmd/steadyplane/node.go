@@ -3,11 +3,13 @@ package main
 import (
 	goflag "flag"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 )
 
@@ -36,7 +38,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			// Both client options: fail over between API servers, wait out
+			// one that is initializing.
+			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: filepath.Join(o.RootDir, "alternative-services")}})
 			if err != nil {
 				return err
 			}

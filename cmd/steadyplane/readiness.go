@@ -4,8 +4,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 )
 
@@ -33,7 +34,9 @@ func newReadinessControllerCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			// Both client options: fail over between API servers, wait out
+			// one that is initializing.
+			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: ""}})
 			if err != nil {
 				return err
 			}

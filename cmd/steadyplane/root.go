@@ -32,6 +32,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newCertsCommand(),
 		newNodeCommand(),
 		newReadinessControllerCommand(),
+		newKubectlCommand(),
 	)
 	return root
 }

@@ -18,9 +18,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
 func main() {
@@ -31,12 +31,9 @@ func main() {
 	count := flag.Int("count", 0, "stop after this many reads (0: until Ctrl-C)")
 	flag.Parse()
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
-	pool, err := altsvc.Enable(cfg, altsvc.Options{Hosts: hosts})
+	// Both client options, and the API servers the kubeconfig lists in its
+	// steadyplane.io/alternative-services extension.
+	cfg, pool, err := clientconfig.Load(*kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{Hosts: hosts}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -77,10 +74,11 @@ func serving(p *altsvc.Pool, configured string) string {
 func blocked(p *altsvc.Pool) string {
 	var out []string
 	for _, h := range p.Hosts() {
-		if h.BlockedForever {
+		switch h.State {
+		case altsvc.StateRejected:
 			out = append(out, h.Host+" (certificate, for good)")
-		} else if !h.BlockedUntil.IsZero() {
-			out = append(out, fmt.Sprintf("%s (until %s)", h.Host, h.BlockedUntil.Format("15:04:05")))
+		case altsvc.StateUnreachable, altsvc.StateInitializing:
+			out = append(out, fmt.Sprintf("%s (%s until %s)", h.Host, h.State, h.BlockedUntil.Format("15:04:05")))
 		}
 	}
 	if len(out) == 0 {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	netutils "k8s.io/utils/net"
 
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -233,7 +235,7 @@ func (cp *ControlPlane) preparePKI() error {
 		return err
 	}
 	cp.kubeconfig = filepath.Join(cp.dataDir, "admin.kubeconfig")
-	return pki.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin)
+	return clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives())
 }
 
 // prepareNode issues the node agent's credentials (system:node:<name> in
@@ -248,7 +250,7 @@ func (cp *ControlPlane) prepareNode() error {
 		return err
 	}
 	kubeconfig := filepath.Join(cp.dataDir, "node.kubeconfig")
-	if err := pki.WriteKubeconfig(kubeconfig, cp.APIServerURL(), "system:node:"+cp.opts.NodeName, cp.pki.CA, kp); err != nil {
+	if err := clientconfig.WriteKubeconfig(kubeconfig, cp.APIServerURL(), "system:node:"+cp.opts.NodeName, cp.pki.CA, kp, cp.alternatives()); err != nil {
 		return err
 	}
 	nodeIP := cp.opts.NodeIP
@@ -320,6 +322,17 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 		}
 		return false, "Node not Ready"
 	})
+}
+
+// alternatives are the API servers written into the kubeconfigs'
+// steadyplane.io/alternative-services extension: the one server of a
+// single-node control plane, which more servers will join.
+func (cp *ControlPlane) alternatives() []string {
+	u, err := url.Parse(cp.APIServerURL())
+	if err != nil {
+		return nil
+	}
+	return []string{u.Host}
 }
 
 // APIServerURL is where clients reach the API server.

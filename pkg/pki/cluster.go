@@ -112,14 +112,23 @@ func (s *Store) EnsureCluster(cfg ClusterConfig) (*Cluster, error) {
 	return &c, nil
 }
 
-// WriteKubeconfig writes, atomically and 0600, a kubeconfig that reaches
-// server (an https URL) trusting ca and authenticating with kp.
-func WriteKubeconfig(path, server, userName string, ca *Authority, kp *KeyPair) error {
+// KubeconfigCluster is the name of the one cluster, and of the one context,
+// in the kubeconfigs KubeconfigFor makes.
+const KubeconfigCluster = "steadyplane"
+
+// KubeconfigFor returns a kubeconfig that reaches server (an https URL)
+// trusting ca and authenticating with kp.
+func KubeconfigFor(server, userName string, ca *Authority, kp *KeyPair) *clientcmdapi.Config {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["steadyplane"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca.CertPEM}
+	cfg.Clusters[KubeconfigCluster] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca.CertPEM}
 	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
-	cfg.Contexts["steadyplane"] = &clientcmdapi.Context{Cluster: "steadyplane", AuthInfo: userName}
-	cfg.CurrentContext = "steadyplane"
+	cfg.Contexts[KubeconfigCluster] = &clientcmdapi.Context{Cluster: KubeconfigCluster, AuthInfo: userName}
+	cfg.CurrentContext = KubeconfigCluster
+	return cfg
+}
+
+// WriteKubeconfigFile writes cfg to path atomically and 0600: it holds a key.
+func WriteKubeconfigFile(path string, cfg *clientcmdapi.Config) error {
 	data, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)

@@ -237,7 +237,7 @@ func TestWriteKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := WriteKubeconfig(path, "https://127.0.0.1:6443", "admin", c.CA, c.Admin); err != nil {
+	if err := WriteKubeconfigFile(path, KubeconfigFor("https://127.0.0.1:6443", "admin", c.CA, c.Admin)); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
-	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testpki"
 	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
 	clientifready "github.com/steadyplane/steadyplane/pkg/client/ifready"
 )
@@ -47,7 +47,7 @@ func enableAltSvc(t *testing.T, cfg *rest.Config) {
 
 // restClient returns a client-go REST client for host, trusting p's CA,
 // built with v, whose dials are counted.
-func restClient(t *testing.T, p *testenv.TestPKI, host string, v variant, dials *atomic.Int32) *rest.RESTClient {
+func restClient(t *testing.T, p *testpki.TestPKI, host string, v variant, dials *atomic.Int32) *rest.RESTClient {
 	t.Helper()
 	cfg := &rest.Config{
 		Host:            "https://" + host,
@@ -164,7 +164,7 @@ func TestRetryDecisionTable(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			p := testenv.NewTestPKI(t)
+			p := testpki.New(t)
 			for _, r := range rows {
 				for _, o := range allOps {
 					fs := newFaultServer(t, p.CA, p.Store, r.first)
@@ -193,7 +193,7 @@ func TestRetryDecisionTable(t *testing.T) {
 func TestNoRetryWithoutConnection(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			p := testenv.NewTestPKI(t)
+			p := testpki.New(t)
 			// Connection refused: nothing listens.
 			l, _ := net.Listen("tcp", "127.0.0.1:0")
 			dead := l.Addr().String()
@@ -227,7 +227,7 @@ func TestNoRetryWithoutConnection(t *testing.T) {
 func TestRetryDetails(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			p := testenv.NewTestPKI(t)
+			p := testpki.New(t)
 			retryable := fault{status: 503, retryAfter: "0"}
 			script := func(n int) []fault {
 				s := make([]fault, n)
@@ -349,7 +349,7 @@ func TestBackoffEnvironment(t *testing.T) {
 	t.Setenv("KUBE_CLIENT_BACKOFF_DURATION", "60")
 	for _, v := range []variant{variants[0], variants[3]} {
 		t.Run(v.name, func(t *testing.T) {
-			p := testenv.NewTestPKI(t)
+			p := testpki.New(t)
 			fs := newFaultServer(t, p.CA, p.Store, fault{status: 503, retryAfter: "0"}, fault{status: 503, retryAfter: "0"})
 			rc := restClient(t, p, fs.host(), v, nil)
 			if err := rc.Get().Namespace("default").Resource("configmaps").Do(context.Background()).Error(); err != nil {

@@ -117,17 +117,36 @@ func (o *Options) defaults() {
 // config that skips TLS verification: the alternatives are reached by IP and
 // trusted only because their certificate verifies.
 func Enable(cfg *rest.Config, o Options) (*Pool, error) {
+	return NewRegistry(o).Enable(cfg, o.Hosts)
+}
+
+// Registry holds the pools of the clusters its clients reach, so that
+// several configs of one process (kubectl builds a few) share what they
+// learn: which servers exist, which are down, which one works.
+type Registry struct {
+	r *registry
+}
+
+// NewRegistry returns an empty registry; o.Hosts is ignored (see Enable).
+func NewRegistry(o Options) *Registry {
+	o.defaults()
+	return &Registry{r: &registry{opts: o, configured: map[string][]string{}, copies: map[*http.Transport]*transports{}}}
+}
+
+// Enable is the package's Enable for a config whose clients share r's pools;
+// hosts are alternatives of the server cfg points at, known in advance.
+func (reg *Registry) Enable(cfg *rest.Config, hosts []string) (*Pool, error) {
 	if cfg.Insecure {
 		return nil, errors.New("alternative services need TLS verification, but the client config skips it (insecure-skip-tls-verify): an alternative API server would be trusted without proof of who it is")
 	}
-	o.defaults()
-	hosts := make([]string, 0, len(o.Hosts))
-	for _, h := range o.Hosts {
+	r := reg.r
+	normalized := make([]string, 0, len(hosts))
+	for _, h := range hosts {
 		a, err := normalizeHost(h)
 		if err != nil {
 			return nil, err
 		}
-		hosts = append(hosts, a)
+		normalized = append(normalized, a)
 	}
 	origin, err := originOf(cfg.Host)
 	if err != nil {
@@ -141,18 +160,22 @@ func Enable(cfg *rest.Config, o Options) (*Pool, error) {
 	if tlsCfg != nil {
 		roots = tlsCfg.RootCAs
 	}
-	r := &registry{opts: o, originHosts: hosts, origin: origin, copies: map[*http.Transport]*transports{}}
+	r.mu.Lock()
+	if len(normalized) > 0 {
+		r.configured[origin] = normalized
+	}
+	r.mu.Unlock()
 	pool := r.pool(origin, roots)
-	if o.CacheDir != "" && strings.HasPrefix(origin, "https://") {
+	pool.configure(r.configuredHosts(origin))
+	if r.opts.CacheDir != "" && strings.HasPrefix(origin, "https://") && pool.cacheFileName() == "" {
 		ca, err := caBytes(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
+		if err := os.MkdirAll(r.opts.CacheDir, 0o700); err != nil {
 			return nil, fmt.Errorf("alternative services cache: %w", err)
 		}
-		pool.cacheFile = filepath.Join(o.CacheDir, CacheFileName(origin, ca))
-		pool.loadCache()
+		pool.setCacheFile(filepath.Join(r.opts.CacheDir, CacheFileName(origin, ca)))
 	}
 	cfg.WrapTransport = transport.Wrappers(r.wrap, cfg.WrapTransport)
 	return pool, nil
@@ -257,13 +280,18 @@ func isLocalFunc(local []net.IP) func(string) bool {
 // registry holds the pools of every cluster the clients of one Enable reach,
 // and the transport copies made for each client-go transport.
 type registry struct {
-	opts        Options
-	origin      string   // the origin Enable was given
-	originHosts []string // Options.Hosts: alternatives of origin only
+	opts Options
 
-	mu     sync.Mutex
-	pools  []*poolEntry
-	copies map[*http.Transport]*transports
+	mu         sync.Mutex
+	configured map[string][]string // origin -> its alternatives known in advance
+	pools      []*poolEntry
+	copies     map[*http.Transport]*transports
+}
+
+func (r *registry) configuredHosts(origin string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.configured[origin]
 }
 
 type poolEntry struct {
@@ -284,13 +312,10 @@ func (r *registry) pool(origin string, roots *x509.CertPool) *Pool {
 			return e.pool
 		}
 	}
-	var hosts []string
-	if origin == r.origin {
-		// The configured alternatives belong to the configured server; a
-		// cluster that merely changed its CA keeps them, and a server with
-		// other certificates at that address cannot pass for them anyway.
-		hosts = r.originHosts
-	}
+	// The configured alternatives belong to the configured server; a
+	// cluster that merely changed its CA keeps them, and a server with
+	// other certificates at that address cannot pass for them anyway.
+	hosts := r.configured[origin]
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	p := newPool(hosts, r.opts.BlockDuration, r.opts.Clock, isLocalFunc(r.opts.LocalAddresses), binary.LittleEndian.Uint64(seed[:])|1)

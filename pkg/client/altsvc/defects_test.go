@@ -17,14 +17,14 @@ import (
 	"k8s.io/client-go/rest"
 	clientwebsocket "k8s.io/client-go/transport/websocket"
 
-	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testpki"
 )
 
 // Each test here pins a defect found in review of the first version; each
 // failed before its fix.
 
 func TestEachClusterHasItsOwnPool(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	// Cluster one: a (configured) and b (learned). Cluster two: c, with the
 	// same CA, and d, which it does not advertise.
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
@@ -68,7 +68,7 @@ func TestEachClusterHasItsOwnPool(t *testing.T) {
 }
 
 func TestUnknownErrorWhileConnectingMovesTheRequest(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	// A host that speaks plain HTTP: the TLS handshake fails with a
 	// tls.RecordHeaderError, which no list of network errors names.
@@ -92,7 +92,7 @@ func TestUnknownErrorWhileConnectingMovesTheRequest(t *testing.T) {
 }
 
 func TestNoLearningFromProxiedAnswers(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 	evil := startServer(t, p, p.CA, "evil", "127.0.0.2", true)
 	a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +114,7 @@ func TestNoLearningFromProxiedAnswers(t *testing.T) {
 }
 
 func TestTLSSettingsAreHonoured(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	t.Run("an insecure config is refused", func(t *testing.T) {
 		cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 		_, err := Enable(cfg, Options{})
@@ -209,7 +209,7 @@ func (h *caHolder) RoundTrip(req *http.Request) (*http.Response, error) {
 func (h *caHolder) WrappedRoundTripper() http.RoundTripper { return h.current.Load() }
 
 func TestBrokenWatchCountsAgainstItsHost(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -246,7 +246,7 @@ func TestBrokenWatchCountsAgainstItsHost(t *testing.T) {
 }
 
 func TestNotReadyRefusalMovesAnyVerb(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	refuse := func(s *apiServer) {
@@ -283,7 +283,7 @@ func TestNotReadyRefusalMovesAnyVerb(t *testing.T) {
 }
 
 func TestUpgradeConnectStepFailsOver(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	var upgrades atomic.Int32
 	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		up := websocket.Upgrader{Subprotocols: []string{"v5.channel.k8s.io"}}

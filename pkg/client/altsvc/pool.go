@@ -340,6 +340,31 @@ func (p *Pool) failed(host string, f Failure, err error, wait time.Duration) boo
 	return !wasBlocked
 }
 
+// configure sets the alternatives known in advance, if there are any.
+func (p *Pool) configure(hosts []string) {
+	if len(hosts) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.configured = hosts
+}
+
+func (p *Pool) cacheFileName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cacheFile
+}
+
+// setCacheFile makes the pool keep its learned hosts in file, and loads
+// those a previous process left there.
+func (p *Pool) setCacheFile(file string) {
+	p.mu.Lock()
+	p.cacheFile = file
+	p.mu.Unlock()
+	p.loadCache()
+}
+
 // cacheRecord is the content of a cache file: the learned hosts of one
 // cluster, so that a process restarted while its configured server is down
 // still finds the others.

@@ -17,7 +17,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testpki"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -37,7 +37,7 @@ func (s *apiServer) host() string { return s.srv.Listener.Addr().String() }
 // startServer serves on ip. Like a real API server's, its certificate names
 // its own address and kubernetes.default; onlyServerName leaves the address
 // out, which proves that a client reaching it verified kubernetes.default.
-func startServer(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
+func startServer(t testing.TB, p *testpki.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *apiServer {
 	t.Helper()
 	tlsCfg := issueServing(t, p, ca, name, ip, onlyServerName)
 	s := &apiServer{name: name, bodies: make(chan string, 100)}
@@ -74,7 +74,7 @@ func startServer(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip s
 
 // issueServing returns a server TLS configuration with a certificate from ca
 // for kubernetes.default and, unless onlyServerName, for ip.
-func issueServing(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *tls.Config {
+func issueServing(t testing.TB, p *testpki.TestPKI, ca *pki.Authority, name, ip string, onlyServerName bool) *tls.Config {
 	t.Helper()
 	spec := pki.CertSpec{Name: name, CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{ServerName}}
 	if !onlyServerName {
@@ -91,11 +91,11 @@ func issueServing(t testing.TB, p *testenv.TestPKI, ca *pki.Authority, name, ip 
 	return &tls.Config{Certificates: []tls.Certificate{pair}}
 }
 
-func serverTLS(t testing.TB, p *testenv.TestPKI, ip string) *tls.Config {
+func serverTLS(t testing.TB, p *testpki.TestPKI, ip string) *tls.Config {
 	return issueServing(t, p, p.CA, "srv-"+ip, ip, false)
 }
 
-func serverTLSNamed(t testing.TB, p *testenv.TestPKI, _ string) *tls.Config {
+func serverTLSNamed(t testing.TB, p *testpki.TestPKI, _ string) *tls.Config {
 	return issueServing(t, p, p.CA, "named", "", true)
 }
 
@@ -109,7 +109,7 @@ func certPool(t testing.TB, caPEM []byte) *x509.CertPool {
 
 // client returns an HTTP client built by client-go from a *rest.Config with
 // the option enabled, as any client-go user would get it.
-func client(t testing.TB, p *testenv.TestPKI, host string, o Options) (*http.Client, *Pool) {
+func client(t testing.TB, p *testpki.TestPKI, host string, o Options) (*http.Client, *Pool) {
 	t.Helper()
 	cfg := &rest.Config{Host: "https://" + host, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
 	if o.LocalAddresses == nil {
@@ -159,7 +159,7 @@ func deadAddress(t testing.TB, ip string) string {
 }
 
 func TestRoundTripperLearnsAndFailsOver(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	c := startServer(t, p, p.CA, "c", "127.0.0.3", true)
@@ -203,7 +203,7 @@ func TestRoundTripperLearnsAndFailsOver(t *testing.T) {
 }
 
 func TestRoundTripperConfiguredHosts(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
 	orig := deadAddress(t, "127.0.0.1")
 	hc, _ := client(t, p, orig, Options{Hosts: []string{"https://" + b.host()}})
@@ -214,7 +214,7 @@ func TestRoundTripperConfiguredHosts(t *testing.T) {
 }
 
 func TestRoundTripperNeverDuplicatesWrites(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 
 	t.Run("POST moves when no connection was made, once, body intact", func(t *testing.T) {
 		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
@@ -316,7 +316,7 @@ func TestIsStreaming(t *testing.T) {
 }
 
 func TestRoundTripperCertificateAndFallback(t *testing.T) {
-	p := testenv.NewTestPKI(t)
+	p := testpki.New(t)
 	impostor := startServer(t, p, p.Impostor, "impostor", "127.0.0.2", true)
 	c := startServer(t, p, p.CA, "c", "127.0.0.3", true)
 	orig := deadAddress(t, "127.0.0.1")
@@ -350,7 +350,7 @@ func TestRoundTripperCertificateAndFallback(t *testing.T) {
 // the same GET through the round tripper, on the original host and on an
 // alternative, against a local TLS HTTP/2 server.
 func BenchmarkRoundTrip(b *testing.B) {
-	p := testenv.NewTestPKI(b)
+	p := testpki.New(b)
 	srv := startServer(b, p, p.CA, "a", "127.0.0.1", false)
 	alt := startServer(b, p, p.CA, "b", "127.0.0.2", true)
 	dead := deadAddress(b, "127.0.0.1")

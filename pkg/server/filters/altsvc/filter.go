@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/klog/v2"
 
 	wire "github.com/steadyplane/steadyplane/pkg/altsvc"
@@ -112,17 +113,64 @@ func (a *Advertisement) Set(v string) bool {
 	return old == nil && v != "" || old != nil && *old != v
 }
 
-// WithAlternativeServices adds Alt-Svc to the responses of handler for
-// requests that ShouldAdvertise. handler must be inside authentication.
+// WithAlternativeServices makes the Alt-Svc header of every response the
+// filter's own: the current value for requests that ShouldAdvertise, none for
+// the others. Whatever a handler put there is dropped when the header is
+// written: a pod, service or node behind a proxy subresource, or an
+// aggregated API server, chooses its own headers, and must not be able to
+// send clients elsewhere. handler must be inside authentication.
 func WithAlternativeServices(handler http.Handler, adv *Advertisement) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		value := ""
 		if v := adv.Value(); v != "" {
 			if u, ok := request.UserFrom(r.Context()); ok && ShouldAdvertise(r, u) {
-				w.Header().Set(wire.HeaderName, v)
+				value = v
 			}
 		}
-		handler.ServeHTTP(w, r)
+		hw := &headerWriter{ResponseWriter: w, value: value}
+		handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(hw), r)
+		if !hw.written {
+			// Nothing was written: the server writes the header now.
+			SetHeader(w.Header(), value)
+		}
 	})
+}
+
+// headerWriter sets Alt-Svc to value, and only to value, when the response
+// header is written.
+type headerWriter struct {
+	http.ResponseWriter
+	value   string
+	written bool
+}
+
+// Unwrap implements responsewriter.UserProvidedDecorator.
+func (w *headerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// WriteHeader implements http.ResponseWriter.
+func (w *headerWriter) WriteHeader(code int) {
+	if !w.written {
+		w.written = true
+		SetHeader(w.ResponseWriter.Header(), w.value)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (w *headerWriter) Write(b []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// SetHeader makes value the only Alt-Svc of h; "" removes every one.
+func SetHeader(h http.Header, value string) {
+	if value == "" {
+		delete(h, wire.HeaderName)
+		return
+	}
+	h[wire.HeaderName] = []string{value}
 }
 
 // Update sets adv from ep and records the change in the log and metrics.

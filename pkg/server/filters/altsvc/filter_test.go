@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 	"time"
 
@@ -138,5 +140,71 @@ func BenchmarkFilter(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(w, r)
+	}
+}
+
+// TestFilterDropsBackendHeaders: what a proxied backend sends as Alt-Svc
+// never reaches the client, whether the caller may learn the list (it gets
+// exactly the list) or not (it gets none). The backend is reached through
+// net/http/httputil's reverse proxy, which copies its headers by adding them,
+// as the API server's proxy subresources do.
+func TestFilterDropsBackendHeaders(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Alt-Svc", `h2="203.0.113.9:443"; ma=86400`)
+		if r.URL.Query().Get("empty") == "" {
+			w.Write([]byte("from the pod"))
+		}
+	}))
+	defer backend.Close()
+	target, _ := url.Parse(backend.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	adv := &Advertisement{}
+	h := WithAlternativeServices(proxy, adv)
+	serve := func(u user.Info, query string) []string {
+		r := newRequest("/api/v1/namespaces/default/pods/web/proxy/"+query, true, true)
+		if u != nil {
+			r = r.WithContext(request.WithUser(r.Context(), u))
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Result().Header.Values("Alt-Svc")
+	}
+	anonymous := &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}
+	for _, q := range []string{"", "?empty=1"} {
+		if v := serve(admin, q); len(v) != 0 {
+			t.Errorf("one server, admin %q: backend's Alt-Svc passed: %q", q, v)
+		}
+		if v := serve(anonymous, q); len(v) != 0 {
+			t.Errorf("one server, anonymous %q: backend's Alt-Svc passed: %q", q, v)
+		}
+	}
+	Update(adv, endpoints(corev1.EndpointPort{Name: "https", Port: 6443}, []string{"10.0.0.2", "10.0.0.3"}), time.Hour)
+	want := `h2="10.0.0.2:6443"; ma=3600, h2="10.0.0.3:6443"; ma=3600`
+	if v := serve(admin, ""); len(v) != 1 || v[0] != want {
+		t.Errorf("two servers, admin: Alt-Svc %q, want only %q", v, want)
+	}
+	if v := serve(anonymous, ""); len(v) != 0 {
+		t.Errorf("two servers, anonymous: %q", v)
+	}
+}
+
+// TestFilterKeepsHijacking: exec, attach and port-forward hijack the
+// connection; the wrapped writer must still allow it.
+func TestFilterKeepsHijacking(t *testing.T) {
+	adv := &Advertisement{}
+	hijacked := make(chan bool, 1)
+	srv := httptest.NewServer(WithAlternativeServices(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ok := w.(http.Hijacker)
+		_, flush := w.(http.Flusher)
+		hijacked <- ok && flush
+	}), adv))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !<-hijacked {
+		t.Error("the wrapped writer lost http.Hijacker or http.Flusher")
 	}
 }

@@ -1,4 +1,6 @@
-package testenv
+// Package testpki makes the certificates tests of TLS clients need. It imports
+// nothing of steadyplane but pkg/pki, so that any package's tests may use it.
+package testpki
 
 import (
 	"testing"
@@ -14,8 +16,8 @@ type TestPKI struct {
 	Impostor *pki.Authority
 }
 
-// NewTestPKI creates a TestPKI in a temporary directory of t.
-func NewTestPKI(t testing.TB) *TestPKI {
+// New creates a TestPKI in a temporary directory of t.
+func New(t testing.TB) *TestPKI {
 	t.Helper()
 	st := &pki.Store{Dir: t.TempDir()}
 	ca, err := st.EnsureCA("ca", "test-ca")
