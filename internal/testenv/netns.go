@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
+
+	"github.com/steadyplane/steadyplane/internal/testci"
 )
 
 // Network is a set of test hosts on one machine: one network namespace per
@@ -201,4 +204,13 @@ func ipCmds(cmds ...[]string) error {
 		}
 	}
 	return nil
+}
+
+// RequireNetwork ends t unless this process can make test hosts: a skip
+// with the reason for a developer without root, a failure in CI.
+func RequireNetwork(t testing.TB) {
+	t.Helper()
+	if err := CanMakeNetwork(); err != nil {
+		testci.CannotRun(t, "needs test hosts in network namespaces (run as root with iproute2): %v", err)
+	}
 }

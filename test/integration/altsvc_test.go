@@ -32,9 +32,7 @@ func TestAlternativeServicesFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three etcd members and three API servers")
 	}
-	if err := testenv.CanMakeNetwork(); err != nil {
-		t.Skipf("needs test hosts in network namespaces: %v", err)
-	}
+	testenv.RequireNetwork(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	start := time.Now()

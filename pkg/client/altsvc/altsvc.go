@@ -511,9 +511,29 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" {
 		return rt.next.RoundTrip(req)
 	}
+	resp, pool, host, err := rt.send(req)
+	if err != nil || resp.Body == nil || resp.Body == http.NoBody {
+		return resp, err
+	}
+	if MayResumeWatch(req, resp) {
+		// One reader reads a body: host needs no lock.
+		resp.Body = newResumingWatch(req, resp, func(r *http.Request) (*http.Response, error) {
+			resp, _, h, err := rt.send(r)
+			if err == nil {
+				host = h
+			}
+			return resp, err
+		}, func(err error) { rt.streamFailed(pool, host, err) })
+	}
+	return resp, nil
+}
+
+// send sends req to the first host of its cluster's plan that answers, and
+// returns the answer with the pool and the host that gave it.
+func (rt *roundTripper) send(req *http.Request) (*http.Response, *Pool, string, error) {
 	ts, base, err := rt.current()
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
 	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
 	pool := rt.reg.pool("https://"+original, base.TLSClientConfig.RootCAs)
@@ -525,18 +545,18 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if i > 0 && req.GetBody != nil {
 			body, err := req.GetBody()
 			if err != nil {
-				return nil, errors.Join(lastErr, fmt.Errorf("replaying the request body: %w", err))
+				return nil, pool, "", errors.Join(lastErr, fmt.Errorf("replaying the request body: %w", err))
 			}
 			req = req.Clone(req.Context())
 			req.Body = body
 		}
-		resp, phase, err := send(ts, req, host, original)
+		resp, phase, err := sendTo(ts, req, host, original)
 		buffered := false
 		if err == nil {
 			if f, wait := ClassifyResponse(resp.StatusCode, resp.Header); f == NotReadyFailure {
 				rt.recordFailure(pool, host, f, errors.New("answered 503 with X-Kubernetes-Ready: false"), wait)
 				if i == len(plan)-1 || !bodyReplayable(req) {
-					return resp, nil // client-go's retry honours its Retry-After
+					return resp, pool, host, nil // client-go's retry honours its Retry-After
 				}
 				// Refused unprocessed: keep the answer in case no other host
 				// does better, and move on at once.
@@ -558,10 +578,10 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				klog.InfoS("Switched API server", "from", prev, "to", host)
 			}
 			metrics.requests.WithLabelValues(host, "ok").Inc()
-			if !buffered {
+			if !buffered && !MayResumeWatch(req, resp) {
 				watchBody(req, resp, func(err error) { rt.streamFailed(pool, host, err) })
 			}
-			return resp, nil
+			return resp, pool, host, nil
 		}
 		lastErr = err
 		if host == original {
@@ -569,29 +589,29 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if req.Context().Err() != nil {
 			metrics.requests.WithLabelValues(host, "canceled").Inc()
-			return nil, err
+			return nil, pool, "", err
 		}
 		f := Classify(err, phase)
 		if f == NotHostFailure {
 			metrics.requests.WithLabelValues(host, f.String()).Inc()
-			return nil, err
+			return nil, pool, "", err
 		}
 		rt.recordFailure(pool, host, f, err, 0)
 		if !MayResend(req.Method, phase == Connected, bodyReplayable(req)) {
-			return nil, err
+			return nil, pool, "", err
 		}
 	}
 	if refusal != nil {
 		// Every host was either refusing or down: client-go's retry honours
 		// the refusal's Retry-After.
-		return refusal, nil
+		return refusal, pool, "", nil
 	}
 	// Every host failed: the caller sees the error of the host it configured,
 	// as it would without the option.
 	if originalErr != nil {
-		return nil, originalErr
+		return nil, pool, "", originalErr
 	}
-	return nil, lastErr
+	return nil, pool, "", lastErr
 }
 
 func (rt *roundTripper) recordFailure(pool *Pool, host string, f Failure, err error, wait time.Duration) {
@@ -686,8 +706,8 @@ func isStreaming(req *http.Request) bool {
 	return q.Get("watch") == "true" || q.Get("watch") == "1" || q.Get("follow") == "true" || strings.Contains(req.URL.Path, "/watch/")
 }
 
-// send sends req to host and reports how far it got with it (see Phase).
-func send(ts *transports, req *http.Request, host, original string) (*http.Response, Phase, error) {
+// sendTo sends req to host and reports how far it got with it (see Phase).
+func sendTo(ts *transports, req *http.Request, host, original string) (*http.Response, Phase, error) {
 	var phase atomic.Int32
 	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GetConn: func(string) { phase.CompareAndSwap(int32(BeforeConnecting), int32(Connecting)) },

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	clientwebsocket "k8s.io/client-go/transport/websocket"
 
+	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testpki"
 )
 
@@ -297,7 +298,7 @@ func TestUpgradeConnectStepFailsOver(t *testing.T) {
 	}))
 	l, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
 	}
 	s.Listener = l
 	s.TLS = serverTLSNamed(t, p, ServerName)
@@ -327,5 +328,77 @@ func TestUpgradeConnectStepFailsOver(t *testing.T) {
 	}
 	if n := upgrades.Load(); n != 1 {
 		t.Errorf("%d upgrades reached the alternative, want 1", n)
+	}
+}
+
+// TestWatchResumesOnAnotherHost: a JSON watch (kubectl get -w) whose server
+// dies mid-stream goes on on another host from the last event: the reader
+// sees every event once, in order, and no torn event.
+func TestWatchResumesOnAnotherHost(t *testing.T) {
+	p := testpki.New(t)
+	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+	event := func(rv int) string {
+		return fmt.Sprintf(`{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"cm%d","resourceVersion":"%d"}}}`+"\n", rv, rv)
+	}
+	a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for rv := 1; rv <= 3; rv++ {
+			io.WriteString(w, event(rv))
+		}
+		io.WriteString(w, event(4)[:20]) // torn by the crash
+		w.(http.Flusher).Flush()
+		time.Sleep(50 * time.Millisecond)
+		a.srv.CloseClientConnections()
+	})
+	var resumedFrom atomic.Value
+	b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resumedFrom.Store(r.URL.Query().Get("resourceVersion"))
+		w.Header().Set("Content-Type", "application/json")
+		for rv := 4; rv <= 5; rv++ {
+			io.WriteString(w, event(rv))
+		}
+	})
+	hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}})
+	resp, err := hc.Get("https://" + a.host() + "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the watch: %v (got %q)", err, got)
+	}
+	want := event(1) + event(2) + event(3) + event(4) + event(5)
+	if string(got) != want {
+		t.Errorf("watch stream:\n%s\nwant:\n%s", got, want)
+	}
+	if rv, _ := resumedFrom.Load().(string); rv != "3" {
+		t.Errorf("resumed from resourceVersion %q, want 3", rv)
+	}
+	if pool.Current() != b.host() {
+		t.Errorf("Current = %s", pool.Current())
+	}
+}
+
+func TestMayResumeWatch(t *testing.T) {
+	for _, tt := range []struct {
+		url, method, contentType string
+		status                   int
+		want                     bool
+	}{
+		{"https://h/api/v1/pods?watch=true", "GET", "application/json", 200, true},
+		{"https://h/api/v1/pods?watch=1&resourceVersion=5", "GET", "application/json;stream=watch", 200, true},
+		{"https://h/api/v1/pods?watch=true", "GET", "application/vnd.kubernetes.protobuf;stream=watch", 200, false},
+		{"https://h/api/v1/pods?watch=true&sendInitialEvents=true", "GET", "application/json", 200, false},
+		{"https://h/api/v1/pods", "GET", "application/json", 200, false},
+		{"https://h/api/v1/pods?watch=true", "GET", "application/json", 410, false},
+		{"https://h/api/v1/pods?watch=true", "POST", "application/json", 200, false},
+	} {
+		req, _ := http.NewRequest(tt.method, tt.url, nil)
+		resp := &http.Response{StatusCode: tt.status, Header: http.Header{"Content-Type": {tt.contentType}}}
+		if got := MayResumeWatch(req, resp); got != tt.want {
+			t.Errorf("MayResumeWatch(%s %s, %d %s) = %v", tt.method, tt.url, tt.status, tt.contentType, got)
+		}
 	}
 }

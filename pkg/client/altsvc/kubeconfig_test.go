@@ -44,9 +44,9 @@ func TestKubeconfigExtensionBadInput(t *testing.T) {
 		want          []string
 	}{
 		"a host without a port gets 443": {`["x"]`, "", []string{"x:443"}},
-		"a number":    {`42`, "want a list of host:port", nil},
-		"a bad host":  {`["10.0.0.2:6443", "a b"]`, `alternative host "a b"`, nil},
-		"hosts field": {`{"hosts": ["10.0.0.2:6443"]}`, "", []string{"10.0.0.2:6443"}},
+		"a number":                       {`42`, "want a list of host:port", nil},
+		"a bad host":                     {`["10.0.0.2:6443", "a b"]`, `alternative host "a b"`, nil},
+		"hosts field":                    {`{"hosts": ["10.0.0.2:6443"]}`, "", []string{"10.0.0.2:6443"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := `apiVersion: v1

@@ -12,6 +12,7 @@ var metrics = struct {
 	switches prometheus.Counter
 	blocks   *prometheus.CounterVec
 	blocked  prometheus.Gauge
+	resumes  prometheus.Counter
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_requests_total",
@@ -29,12 +30,16 @@ var metrics = struct {
 		Name: "steadyplane_client_alternative_services_blocked_hosts",
 		Help: "API servers blocked at the last failure of the most recent pool.",
 	}),
+	resumes: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_watch_resumes_total",
+		Help: "Watches whose stream broke and that went on on another API server from their last event.",
+	}),
 }
 
 // RegisterMetrics registers the round tripper's metrics with reg (for
 // example prometheus.DefaultRegisterer, or a controller-runtime registry).
 func RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked} {
+	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

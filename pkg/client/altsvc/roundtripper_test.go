@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testpki"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
@@ -62,7 +63,7 @@ func startServer(t testing.TB, p *testpki.TestPKI, ca *pki.Authority, name, ip s
 	}))
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
+		testci.CannotRun(t, "cannot listen on %s: %v", ip, err)
 	}
 	s.srv.Listener = l
 	s.srv.EnableHTTP2 = true
@@ -151,7 +152,7 @@ func post(c *http.Client, url, body string) (string, error) {
 func deadAddress(t testing.TB, ip string) string {
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
+		testci.CannotRun(t, "cannot listen on %s: %v", ip, err)
 	}
 	a := l.Addr().String()
 	l.Close()
