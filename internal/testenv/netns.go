@@ -214,3 +214,7 @@ func RequireNetwork(t testing.TB) {
 		testci.CannotRun(t, "needs test hosts in network namespaces (run as root with iproute2): %v", err)
 	}
 }
+
+// Gateway is the test's own address on the hosts' bridge: a server the test
+// runs there is reachable from every host, as a pod would be.
+func (nw *Network) Gateway() net.IP { return hostIP(nw.Subnet, 1) }

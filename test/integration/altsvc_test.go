@@ -15,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	wire "github.com/steadyplane/steadyplane/pkg/altsvc"
@@ -69,7 +71,9 @@ func TestAlternativeServicesFailover(t *testing.T) {
 			h2, withCreds bool
 		}{
 			{"HTTP/1.1", "/api", false, true},
-			{"anonymous", "/api", true, false},
+			// /version, not /api: anonymous callers may read it, so the filter
+			// is reached and must decide by itself.
+			{"anonymous", "/version", true, false},
 			{"readyz", "/readyz", true, true},
 			{"metrics", "/metrics", true, true},
 		} {
@@ -86,6 +90,10 @@ func TestAlternativeServicesFailover(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod's Alt-Svc through the proxy subresource moves no client", func(t *testing.T) {
+		checkProxyInjection(ctx, t, c, want)
+	})
+
 	cfg := c.AdminConfig(0)
 	cfg.QPS, cfg.Burst = 200, 400 // client-go's 5 QPS would throttle the load below
 	pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{BlockDuration: 3 * time.Second})
@@ -98,6 +106,29 @@ func TestAlternativeServicesFailover(t *testing.T) {
 	}
 	if n := len(pool.Hosts()); n != 3 || pool.Current() != c.Host(0) {
 		t.Fatalf("after one request the client knows %d hosts and uses %q; want 3 and %s", n, pool.Current(), c.Host(0))
+	}
+
+	// An informer, as controllers use: after the kill no event may be lost
+	// and no object already seen may be ADDED again.
+	informerCtx, stopInformer := context.WithCancel(ctx)
+	defer stopInformer()
+	var addedMu sync.Mutex
+	added := map[string]int{}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace("default"),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "writer=altsvc-test" }))
+	cmInformer := factory.Core().V1().ConfigMaps().Informer()
+	if _, err := cmInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			addedMu.Lock()
+			added[cm.Name]++
+			addedMu.Unlock()
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(informerCtx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), cmInformer.HasSynced) {
+		t.Fatal("informer never synced")
 	}
 
 	// Load: two readers, a watcher that re-opens its watch, and a writer.
@@ -216,23 +247,66 @@ func TestAlternativeServicesFailover(t *testing.T) {
 	if len(perSeq) < len(writes) || len(writes) < 50 {
 		t.Errorf("%d objects for %d acknowledged writes", len(perSeq), len(writes))
 	}
+	waitFor(ctx, t, 30*time.Second, "the informer to hold every object", func() (bool, string) {
+		n := len(cmInformer.GetStore().List())
+		return n == len(all.Items), fmt.Sprintf("%d of %d", n, len(all.Items))
+	})
+	addedMu.Lock()
+	for _, cm := range all.Items {
+		if n := added[cm.Name]; n != 1 {
+			t.Errorf("informer: %s ADDED %d times", cm.Name, n)
+		}
+	}
+	addedMu.Unlock()
+	stopInformer()
 
-	t.Run("the killed server rejoins once restarted, and serves when the others die", func(t *testing.T) {
+	t.Run("steadyplane kubectl survives the loss of the kubeconfig's server", func(t *testing.T) {
 		if err := c.RestartAPIServer(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
+		checkKubectlSurvivesKill(ctx, t, c)
+	})
+
+	t.Run("a server other than the original rejoins once restarted, and serves when the others die", func(t *testing.T) {
+		x := hostIndex(c, pool.Current())
+		if x <= 0 {
+			t.Fatalf("the client is on %q, want node1 or node2", pool.Current())
+		}
+		if err := c.RestartAPIServer(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		c.KillAPIServer(x)
+		if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			t.Fatalf("GET after node%d died: %v", x, err)
+		}
+		if err := c.RestartAPIServer(ctx, x); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(4 * time.Second) // past the 3s block
-		c.KillAPIServer(1)
-		c.KillAPIServer(2)
-		for i := 0; i < 10; i++ {
-			if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
-				t.Fatalf("GET %d with only node0 alive: %v", i, err)
+		for i := range c.APIServers {
+			if i != x {
+				c.KillAPIServer(i)
 			}
 		}
-		if pool.Current() != c.Host(0) {
-			t.Errorf("serving host %q, want %s", pool.Current(), c.Host(0))
+		for i := 0; i < 10; i++ {
+			if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				t.Fatalf("GET %d with only node%d alive: %v", i, x, err)
+			}
+		}
+		if pool.Current() != c.Host(x) {
+			t.Errorf("serving host %q, want %s", pool.Current(), c.Host(x))
 		}
 	})
+}
+
+// hostIndex returns which host of c serves at hostport, -1 for none.
+func hostIndex(c *testenv.HACluster, hostport string) int {
+	for i := range c.APIServers {
+		if c.Host(i) == hostport {
+			return i
+		}
+	}
+	return -1
 }
 
 // altSvcHeader sends one GET to host i and returns its Alt-Svc header.
