@@ -27,6 +27,7 @@ type fault struct {
 	location   string // Location, for 3xx
 	cut        string // "eof": close the connection; "reset": reset it
 	hang       bool   // answer nothing until the client gives up
+	notReady   bool   // mark the answer X-Kubernetes-Ready: false (KEP-3028)
 }
 
 // faultServer is an HTTP/2 TLS server on 127.0.0.1 that answers requests from
@@ -109,6 +110,9 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 	case f.status != 0:
 		if f.retryAfter != "" {
 			w.Header().Set("Retry-After", f.retryAfter)
+		}
+		if f.notReady {
+			w.Header().Set("X-Kubernetes-Ready", "false")
 		}
 		if f.location != "" {
 			w.Header().Set("Location", f.location)
