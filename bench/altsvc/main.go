@@ -8,19 +8,26 @@
 //   - refused: the server is killed with SIGKILL (its host answers with a reset);
 //   - black-holed: the server's host vanishes (packets are dropped, nothing answers).
 //
-// It also prints the cost of the round tripper per GET against the same real
-// server, plain client-go and with the option, in alternating rounds (ratio).
+// It also prints the throughput of GETs against the same real server, plain
+// client-go and with the option, in alternating rounds (ratio), and how 30
+// clients whose configured server is down (a load balancer that is gone),
+// each given the three servers as a kubeconfig would list them, spread over
+// them (requests per server, max/min).
 //
-//	sudo go run ./bench/altsvc [--kills 20] [--rounds 7] [--gets 300]
+//	sudo go run ./bench/altsvc [--kills 20] [--rounds 7] [--gets 300] [--clients 30]
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,15 +42,16 @@ func main() {
 	kills := flag.Int("kills", 20, "losses of the serving API server per kind")
 	rounds := flag.Int("rounds", 7, "alternating rounds for the overhead figure")
 	gets := flag.Int("gets", 300, "GETs per round")
+	clients := flag.Int("clients", 30, "clients for the spread figure")
 	flag.Parse()
 	klog.LogToStderr(false) // the client's switch logs would drown the figures
-	if err := run(*kills, *rounds, *gets); err != nil {
+	if err := run(*kills, *rounds, *gets, *clients); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kills, rounds, gets int) error {
+func run(kills, rounds, gets, spreadClients int) error {
 	if err := testenv.CanMakeNetwork(); err != nil {
 		return err
 	}
@@ -89,7 +97,7 @@ func run(kills, rounds, gets int) error {
 	for _, kind := range []string{"refused", "black-holed"} {
 		var took []time.Duration
 		for k := 0; k < kills && ctx.Err() == nil; k++ {
-			idx := hostIndex(c, pool.Current())
+			idx := c.Index(pool.Current())
 			if idx < 0 {
 				return fmt.Errorf("the client uses %q, not one of the cluster's hosts", pool.Current())
 			}
@@ -128,42 +136,93 @@ func run(kills, rounds, gets int) error {
 		}
 	}
 
-	// Overhead: the same server, plain client-go and with the option.
+	if err := throughput(ctx, c, rounds, gets); err != nil {
+		return err
+	}
+	return spread(ctx, c, spreadClients)
+}
+
+// throughput prints GETs per second to one server from 8 concurrent
+// goroutines, plain client-go and with the option, in alternating rounds.
+func throughput(ctx context.Context, c *testenv.HACluster, rounds, gets int) error {
 	plainCfg := c.AdminConfig(0)
-	plainCfg.QPS, plainCfg.Burst = 1000, 1000
+	plainCfg.QPS, plainCfg.Burst = -1, 0 // no client-side rate limit: measure the transport
 	optCfg := c.AdminConfig(0)
-	optCfg.QPS, optCfg.Burst = 1000, 1000
-	if _, err := clientaltsvc.Enable(optCfg, clientaltsvc.Options{Hosts: []string{c.Host(0)}}); err != nil {
+	optCfg.QPS, optCfg.Burst = -1, 0
+	if _, err := clientaltsvc.Enable(optCfg, clientaltsvc.Options{Hosts: []string{c.Host(0), c.Host(1), c.Host(2)}}); err != nil {
 		return err
 	}
 	clients := []*kubernetes.Clientset{kubernetes.NewForConfigOrDie(plainCfg), kubernetes.NewForConfigOrDie(optCfg)}
-	per := [2][]time.Duration{}
+	const workers = 8
+	rps := [2][]float64{}
 	for r := 0; r < rounds && ctx.Err() == nil; r++ {
 		for i, cl := range clients {
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
 			t0 := time.Now()
-			for g := 0; g < gets; g++ {
-				if _, err := cl.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
-					return err
-				}
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for g := 0; g < gets/workers; g++ {
+						if _, err := cl.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
 			}
-			per[i] = append(per[i], time.Since(t0)/time.Duration(gets))
+			wg.Wait()
+			close(errs)
+			if err := <-errs; err != nil {
+				return err
+			}
+			rps[i] = append(rps[i], float64(gets/workers*workers)/time.Since(t0).Seconds())
 		}
 	}
-	for i := range per {
-		slices.Sort(per[i])
+	for i := range rps {
+		slices.Sort(rps[i])
 	}
-	if len(per[0]) > 0 {
-		p, o := per[0][len(per[0])/2], per[1][len(per[1])/2]
-		fmt.Printf("per GET, median of %d rounds: client-go %v, with the option %v, ratio %.2f\n", rounds, p.Round(time.Microsecond), o.Round(time.Microsecond), float64(o)/float64(p))
+	if len(rps[0]) > 0 {
+		p, o := rps[0][len(rps[0])/2], rps[1][len(rps[1])/2]
+		fmt.Printf("GETs per second (%d goroutines), median of %d rounds: client-go %.0f, with the option %.0f, ratio %.2f\n", workers, len(rps[0]), p, o, o/p)
 	}
 	return nil
 }
 
-func hostIndex(c *testenv.HACluster, host string) int {
-	for i := range c.APIServers {
-		if c.Host(i) == host {
-			return i
+// spread starts n clients whose configured server is an address where
+// nothing listens (the test's own bridge address), each with the three
+// servers as alternatives, sends each 20 GETs, and prints where they went.
+func spread(ctx context.Context, c *testenv.HACluster, n int) error {
+	gone := net.JoinHostPort(c.Net.Gateway().String(), strconv.Itoa(testenv.HAPort))
+	hosts := []string{c.Host(0), c.Host(1), c.Host(2)}
+	perServer := map[string]int{}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		cfg := c.AdminConfig(0)
+		cfg.Host = "https://" + gone
+		pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{Hosts: hosts})
+		if err != nil {
+			return err
+		}
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		for g := 0; g < 20; g++ {
+			if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("client %d: %w", i, err)
+			}
+			perServer[pool.Current()]++
 		}
 	}
-	return -1
+	counts := make([]int, 0, len(hosts))
+	line := ""
+	for i, h := range hosts {
+		counts = append(counts, perServer[h])
+		line += fmt.Sprintf(" node%d %d,", i, perServer[h])
+	}
+	lo, hi := slices.Min(counts), slices.Max(counts)
+	ratio := "inf"
+	if lo > 0 {
+		ratio = fmt.Sprintf("%.2f", float64(hi)/float64(lo))
+	}
+	fmt.Printf("spread of %d clients (configured server gone, 20 GETs each): requests per server%s max/min %s\n", n, strings.TrimSuffix(line, ","), ratio)
+	return nil
 }

@@ -152,3 +152,13 @@ func (c *HACluster) Close() {
 	}
 	c.Net.Close()
 }
+
+// Index returns which host's API server serves at hostport, -1 for none.
+func (c *HACluster) Index(hostport string) int {
+	for i := range c.APIServers {
+		if c.Host(i) == hostport {
+			return i
+		}
+	}
+	return -1
+}

@@ -699,6 +699,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cp.progressf("kubeconfig: %s", cp.kubeconfig)
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
+	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.kubeconfig)
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
 	return cp.supervise(ctx)
 }

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
 )
 
 // upProcess is a running "steadyplane up".
@@ -173,6 +176,27 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 	}
 	if got, err := kubectl(t, ctx, kubeconfig, "get", "--raw", "/metrics"); err != nil || !strings.Contains(got, "steadyplane_apiserver_alternative_services 0") {
 		t.Errorf("a lone server should advertise no alternatives (gauge 0): %v", err)
+	}
+
+	// The kubeconfig lists the API server for failover, and steadyplane's
+	// kubectl (also through a link named kubectl) uses it.
+	raw, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hosts, err := altsvc.HostsForServer(raw, "https://127.0.0.1:"+strconv.Itoa(ports[0])); err != nil || len(hosts) != 1 || hosts[0] != "127.0.0.1:"+strconv.Itoa(ports[0]) {
+		t.Errorf("admin.kubeconfig's %s extension: %v, %v", altsvc.KubeconfigExtension, hosts, err)
+	}
+	link := filepath.Join(t.TempDir(), "kubectl")
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{{bin, "kubectl"}, {link}} {
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "--kubeconfig", kubeconfig, "get", "namespace", "e2e-persist", "-o", "name")...)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "namespace/e2e-persist" {
+			t.Errorf("%v get namespace: %v\n%s", argv, err, b)
+		}
 	}
 
 	// A second "up" on the same data directory must refuse, not corrupt it.

@@ -114,17 +114,7 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 // TestAlternativeServicesProxyInjectionOneServer: on a lone server, which
 // advertises nothing, a pod's Alt-Svc is the only one a client could see.
 func TestAlternativeServicesProxyInjectionOneServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and an API server")
-	}
-	testenv.RequireNetwork(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	c, err := testenv.StartHACluster(ctx, t.TempDir(), 1, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := startHACluster(t, 1, 4*time.Minute)
 	checkProxyInjection(ctx, t, c, "")
 }
 

@@ -31,24 +31,7 @@ import (
 // uses is killed with SIGKILL under load: no idempotent request fails, and no
 // write is applied twice.
 func TestAlternativeServicesFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts three etcd members and three API servers")
-	}
-	testenv.RequireNetwork(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	start := time.Now()
-	c, err := testenv.StartHACluster(ctx, t.TempDir(), 3, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer func() {
-		if t.Failed() {
-			t.Log(c.LogTails(15))
-		}
-	}()
-	t.Logf("three API servers ready in %v", time.Since(start).Round(time.Millisecond))
+	ctx, c := startHACluster(t, 3, 8*time.Minute)
 
 	admin, err := kubernetes.NewForConfig(c.AdminConfig(0))
 	if err != nil {
@@ -268,7 +251,7 @@ func TestAlternativeServicesFailover(t *testing.T) {
 	})
 
 	t.Run("a server other than the original rejoins once restarted, and serves when the others die", func(t *testing.T) {
-		x := hostIndex(c, pool.Current())
+		x := c.Index(pool.Current())
 		if x <= 0 {
 			t.Fatalf("the client is on %q, want node1 or node2", pool.Current())
 		}
@@ -299,14 +282,30 @@ func TestAlternativeServicesFailover(t *testing.T) {
 	})
 }
 
-// hostIndex returns which host of c serves at hostport, -1 for none.
-func hostIndex(c *testenv.HACluster, hostport string) int {
-	for i := range c.APIServers {
-		if c.Host(i) == hostport {
-			return i
-		}
+// startHACluster starts n API servers on test hosts for t, which it skips in
+// -short mode (and outside CI without root); it stops them when t ends,
+// with their logs if t failed.
+func startHACluster(t *testing.T, n int, timeout time.Duration) (context.Context, *testenv.HACluster) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("starts %d etcd members and %d API servers", n, n)
 	}
-	return -1
+	testenv.RequireNetwork(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	start := time.Now()
+	c, err := testenv.StartHACluster(ctx, t.TempDir(), n, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(c.LogTails(15))
+		}
+		c.Close()
+	})
+	t.Logf("%d API servers ready in %v", n, time.Since(start).Round(time.Millisecond))
+	return ctx, c
 }
 
 // altSvcHeader sends one GET to host i and returns its Alt-Svc header.
