@@ -465,6 +465,26 @@ type roundTripper struct {
 	reg  *registry
 
 	lastCARefresh atomic.Int64 // unix nanoseconds
+	lastPool      atomic.Pointer[poolLookup]
+}
+
+// poolLookup is a round tripper's last pool lookup: almost every request of
+// a client goes to the same cluster.
+type poolLookup struct {
+	original string
+	roots    *x509.CertPool
+	pool     *Pool
+}
+
+// poolFor returns the pool of the cluster at original (host:port) trusted
+// through roots.
+func (rt *roundTripper) poolFor(original string, roots *x509.CertPool) *Pool {
+	if l := rt.lastPool.Load(); l != nil && l.original == original && l.roots == roots {
+		return l.pool
+	}
+	p := rt.reg.pool("https://"+original, roots)
+	rt.lastPool.Store(&poolLookup{original: original, roots: roots, pool: p})
+	return p
 }
 
 // WrappedRoundTripper lets client-go find the transport underneath.
@@ -536,7 +556,7 @@ func (rt *roundTripper) send(req *http.Request) (*http.Response, *Pool, string, 
 		return nil, nil, "", err
 	}
 	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
-	pool := rt.reg.pool("https://"+original, base.TLSClientConfig.RootCAs)
+	pool := rt.poolFor(original, base.TLSClientConfig.RootCAs)
 	learn := MayLearnFrom(req.URL.Path)
 	plan := pool.plan(original)
 	var lastErr, originalErr error

@@ -1,16 +1,16 @@
 package altsvc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,15 +85,15 @@ func Order(in OrderInput) []string {
 			return 3
 		}
 	}
-	sort.SliceStable(usable, func(i, j int) bool {
-		ri, rj := rank(usable[i]), rank(usable[j])
-		if ri != rj {
-			return ri < rj
+	slices.SortStableFunc(usable, func(a, b string) int {
+		ra, rb := rank(a), rank(b)
+		if ra != rb {
+			return ra - rb
 		}
-		if ri == 3 && in.Seed != 0 {
-			return spread(in.Seed, usable[i]) < spread(in.Seed, usable[j])
+		if ra == 3 && in.Seed != 0 {
+			return cmp.Compare(spread(in.Seed, a), spread(in.Seed, b))
 		}
-		return false
+		return 0
 	})
 	if in.Original != "" && !contains(usable, in.Original) {
 		usable = append(usable, in.Original)
@@ -110,9 +110,13 @@ func Order(in OrderInput) []string {
 // hash of the host mixed with the seed by splitmix64's finalizer, so that
 // hosts differing in one byte land far apart.
 func spread(seed uint64, host string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(host))
-	z := h.Sum64() ^ seed
+	// FNV-1a, inline: hash.Hash would allocate on every comparison.
+	z := uint64(14695981039346656037)
+	for i := 0; i < len(host); i++ {
+		z ^= uint64(host[i])
+		z *= 1099511628211
+	}
+	z ^= seed
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)

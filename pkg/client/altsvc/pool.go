@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -193,7 +194,7 @@ func (p *Pool) plan(original string) []string {
 			lastResort = append(lastResort, h)
 		}
 	}
-	sort.SliceStable(lastResort, func(i, j int) bool { return p.records[lastResort[i]].until.Before(p.records[lastResort[j]].until) })
+	slices.SortStableFunc(lastResort, func(a, b string) int { return p.records[a].until.Compare(p.records[b].until) })
 	return Order(OrderInput{
 		Original:   original,
 		Current:    p.current,
