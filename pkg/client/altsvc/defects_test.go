@@ -8,13 +8,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	apispdy "k8s.io/apimachinery/pkg/util/httpstream/spdy"
 	"k8s.io/client-go/rest"
+	clientspdy "k8s.io/client-go/transport/spdy"
 	clientwebsocket "k8s.io/client-go/transport/websocket"
 
 	"github.com/steadyplane/steadyplane/internal/testci"
@@ -400,5 +404,49 @@ func TestMayResumeWatch(t *testing.T) {
 		if got := MayResumeWatch(req, resp); got != tt.want {
 			t.Errorf("MayResumeWatch(%s %s, %d %s) = %v", tt.method, tt.url, tt.status, tt.contentType, got)
 		}
+	}
+}
+
+// TestSPDYConnectStepFailsOver: the SPDY path of exec and port-forward
+// (client-go's spdy.RoundTripperFor) moves its dial to another host too.
+func TestSPDYConnectStepFailsOver(t *testing.T) {
+	p := testpki.New(t)
+	var upgrades atomic.Int32
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := httpstream.Handshake(r, w, []string{"portforward.k8s.io"}); err != nil {
+			return
+		}
+		conn := apispdy.NewResponseUpgrader().UpgradeResponse(w, r, func(httpstream.Stream, <-chan struct{}) error { return nil })
+		if conn != nil {
+			upgrades.Add(1)
+			<-conn.CloseChan()
+		}
+	}))
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
+	}
+	s.Listener = l
+	s.TLS = serverTLSNamed(t, p, ServerName)
+	s.StartTLS()
+	defer s.Close()
+	orig := deadAddress(t, "127.0.0.1")
+	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
+	if _, err := Enable(cfg, Options{Hosts: []string{orig, s.Listener.Addr().String()}, LocalAddresses: []net.IP{}}); err != nil {
+		t.Fatal(err)
+	}
+	rt, upgrader, err := clientspdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("https://" + orig + "/api/v1/namespaces/default/pods/p/portforward")
+	dialer := clientspdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	conn, proto, err := dialer.Dial("portforward.k8s.io")
+	if err != nil {
+		t.Fatalf("port-forward connect with the original down: %v", err)
+	}
+	defer conn.Close()
+	if proto != "portforward.k8s.io" || upgrades.Load() != 1 {
+		t.Errorf("protocol %q, %d upgrades at the alternative; want portforward.k8s.io and 1", proto, upgrades.Load())
 	}
 }
