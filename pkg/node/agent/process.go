@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
@@ -125,6 +126,7 @@ func startProcess(c *corev1.Container, env []string, logPath, pidPath string, di
 	}
 	p := &process{cmd: cmd, logPath: logPath, started: time.Now(), done: make(chan struct{})}
 	go func() {
+		killGroupOnExit(cmd.Process.Pid)
 		err := cmd.Wait()
 		logFile.Close()
 		p.mu.Lock()
@@ -160,6 +162,22 @@ func (p *process) result() (int32, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exitCode, p.finished
+}
+
+// killGroupOnExit waits until the container's main process has exited, and
+// kills what it left in its process group (a daemonized child, a shell's
+// background job), as the end of a container ends all of it. The process is
+// not reaped yet: while it is a zombie its pid, and so its group id, cannot
+// name another process.
+func killGroupOnExit(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 // stop sends SIGTERM to the process group, and SIGKILL after grace.

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/steadyplane/steadyplane/internal/testproc"
 )
 
 func TestProcessLifecycle(t *testing.T) {
@@ -86,5 +88,38 @@ func TestStopLeftover(t *testing.T) {
 	os.WriteFile(pidPath, []byte("garbage"), 0o600)
 	if stopLeftover(pidPath, time.Second) {
 		t.Error("a torn pid file was taken for a leftover")
+	}
+}
+
+// TestContainerExitEndsItsGroup: a container whose main process exits by
+// itself takes what it left in its process group with it.
+func TestContainerExitEndsItsGroup(t *testing.T) {
+	dir := t.TempDir()
+	childFile := filepath.Join(dir, "child")
+	c := &corev1.Container{Name: "c", Command: []string{"sh", "-c", "sleep 300 & echo $! > " + childFile + "; exit 0"}}
+	p, err := startProcess(c, nil, filepath.Join(dir, "log"), filepath.Join(dir, "pid"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the container did not exit")
+	}
+	b, err := os.ReadFile(childFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	if _, err := fmt.Sscanf(string(b), "%d", &child); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testproc.Alive(child) {
+		if time.Now().After(deadline) {
+			syscall.Kill(child, syscall.SIGKILL)
+			t.Fatalf("the container's background child %d outlived it", child)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

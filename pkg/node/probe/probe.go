@@ -6,6 +6,7 @@ package probe
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,11 +14,60 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
+
+// maxExecOutput is how much of an exec probe's output is kept, as the
+// kubelet's 10 KiB.
+const maxExecOutput = 10 << 10
+
+// runExec runs an exec probe's command in a process group of its own, so
+// that a timeout ends everything it started, with its output kept to
+// maxExecOutput and a bounded wait for children that hold its output open.
+func runExec(ctx context.Context, command, env []string, dir string, timeout time.Duration) (bool, string) {
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Env, cmd.Dir = env, dir
+	out := &limitedBuffer{max: maxExecOutput}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // it exited 0; a child it left held its output open
+	}
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
+	}
+	if ctx.Err() != nil {
+		return false, fmt.Sprintf("command timed out after %v", timeout)
+	}
+	if err != nil {
+		return false, fmt.Sprintf("command %q failed: %v: %s", strings.Join(command, " "), err, truncate(out.Bytes()))
+	}
+	return true, ""
+}
+
+// limitedBuffer keeps the first max bytes written to it and drops the rest,
+// without failing the writer.
+type limitedBuffer struct {
+	max int
+	b   []byte
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// Bytes returns what was kept.
+func (l *limitedBuffer) Bytes() []byte { return l.b }
 
 // Run runs p once against a container whose pod has address host, and
 // reports success with a message for failures. env is the container's
@@ -34,16 +84,7 @@ func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container,
 		if len(p.Exec.Command) == 0 {
 			return false, "exec probe without a command"
 		}
-		cmd := exec.CommandContext(ctx, p.Exec.Command[0], p.Exec.Command[1:]...)
-		cmd.Env, cmd.Dir = env, c.WorkingDir
-		out, err := cmd.CombinedOutput()
-		if ctx.Err() != nil {
-			return false, fmt.Sprintf("command timed out after %v", timeout)
-		}
-		if err != nil {
-			return false, fmt.Sprintf("command %q failed: %v: %s", strings.Join(p.Exec.Command, " "), err, truncate(out))
-		}
-		return true, ""
+		return runExec(ctx, p.Exec.Command, env, c.WorkingDir, timeout)
 	case p.HTTPGet != nil:
 		port, err := resolvePort(p.HTTPGet.Port, c)
 		if err != nil {

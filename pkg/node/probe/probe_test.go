@@ -2,14 +2,21 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/steadyplane/steadyplane/internal/testproc"
 )
 
 func TestTracker(t *testing.T) {
@@ -85,4 +92,52 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s: Run = %v %q, want %v %q", tt.name, ok, msg, tt.ok, tt.wantMsg)
 		}
 	}
+}
+
+// TestExecProbeIsBounded: an exec probe ends within its timeout with what
+// it started, keeps at most 10 KiB of output, and does not wait for a child
+// that holds its output open.
+func TestExecProbeIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("timeout ends the whole group", func(t *testing.T) {
+		childFile := filepath.Join(dir, "child")
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		ok, msg := runExec(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + childFile + "; sleep 30"}, nil, "", 300*time.Millisecond)
+		if ok || !strings.Contains(msg, "timed out") || time.Since(start) > 5*time.Second {
+			t.Errorf("ok %v, %q after %v; want a timeout within seconds", ok, msg, time.Since(start))
+		}
+		b, _ := os.ReadFile(childFile)
+		var child int
+		fmt.Sscanf(string(b), "%d", &child)
+		deadline := time.Now().Add(3 * time.Second)
+		for child > 0 && testproc.Alive(child) {
+			if time.Now().After(deadline) {
+				syscall.Kill(child, syscall.SIGKILL)
+				t.Fatalf("the probe's child %d survived the timeout", child)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("a child holding the output does not hold the probe", func(t *testing.T) {
+		start := time.Now()
+		ok, msg := runExec(context.Background(), []string{"sh", "-c", "sleep 30 & exit 0"}, nil, "", 10*time.Second)
+		if !ok || time.Since(start) > 4*time.Second {
+			t.Errorf("ok %v (%s) after %v; want success within about 1s", ok, msg, time.Since(start))
+		}
+	})
+	t.Run("output is bounded", func(t *testing.T) {
+		out := &limitedBuffer{max: maxExecOutput}
+		for i := 0; i < 100; i++ {
+			out.Write(make([]byte, 1<<20))
+		}
+		if len(out.Bytes()) != maxExecOutput {
+			t.Errorf("kept %d bytes, want %d", len(out.Bytes()), maxExecOutput)
+		}
+		ok, msg := runExec(context.Background(), []string{"sh", "-c", "head -c 50000000 /dev/zero | tr '\\\\0' x; exit 1"}, nil, "", 10*time.Second)
+		if ok || len(msg) > 400 {
+			t.Errorf("ok %v, message of %d bytes", ok, len(msg))
+		}
+	})
 }
