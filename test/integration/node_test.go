@@ -168,6 +168,80 @@ func TestNodeAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("a RestartPolicy Never pod stopped with the agent does not run again", func(t *testing.T) {
+		runs := filepath.Join(t.TempDir(), "runs")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "once"}, Spec: corev1.PodSpec{NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "local", Command: []string{"sh", "-c", "echo run >> " + runs + "; exec sleep 3602"}}}}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "once running", func() (bool, string) {
+			n := countProcesses("sleep\x003602")
+			return n == 1, fmt.Sprintf("%d processes", n)
+		})
+		if err := cp.Node.Signal(syscall.SIGTERM); err != nil { // stops its pods
+			t.Fatal(err)
+		}
+		<-cp.Node.Exited()
+		if err := cp.Node.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.WaitNodeReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "once reported Failed", func() (bool, string) {
+			p, err := pods.Get(ctx, "once", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodFailed, fmt.Sprint(err, p.Status.Phase)
+		})
+		time.Sleep(3 * time.Second) // time for a wrong restart to show
+		if b, _ := os.ReadFile(runs); strings.Count(string(b), "run") != 1 || countProcesses("sleep\x003602") != 0 {
+			t.Errorf("the Never pod ran %d times (%d running)", strings.Count(string(b), "run"), countProcesses("sleep\x003602"))
+		}
+	})
+
+	t.Run("a liveness kill does not hold the pod's other containers", func(t *testing.T) {
+		dir := t.TempDir()
+		kill, ready := filepath.Join(dir, "kill-me"), filepath.Join(dir, "ready")
+		grace := int64(30)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow-kill"}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{
+				{Name: "stubborn", Image: "local", Command: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"},
+					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -f " + kill}}}, PeriodSeconds: 1, FailureThreshold: 1}},
+				{Name: "other", Image: "local", Command: []string{"sleep", "3603"},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", ready}}}, PeriodSeconds: 1}},
+			}}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer pods.Delete(context.Background(), "slow-kill", *metav1.NewDeleteOptions(0))
+		waitFor(ctx, t, time.Minute, "slow-kill running", func() (bool, string) {
+			p, err := pods.Get(ctx, "slow-kill", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning, fmt.Sprint(err)
+		})
+		os.WriteFile(kill, nil, 0o600)
+		waitFor(ctx, t, 10*time.Second, "the liveness Killing event", func() (bool, string) {
+			evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=slow-kill,reason=Killing"})
+			return err == nil && len(evs.Items) > 0, fmt.Sprint(err)
+		})
+		os.WriteFile(ready, nil, 0o600)
+		// The stubborn container takes its whole 30s grace period to die;
+		// the other container's readiness must show long before.
+		start := time.Now()
+		waitFor(ctx, t, 10*time.Second, "other ready during the kill", func() (bool, string) {
+			p, err := pods.Get(ctx, "slow-kill", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, s := range p.Status.ContainerStatuses {
+				if s.Name == "other" && s.Ready {
+					return true, ""
+				}
+			}
+			return false, "not ready"
+		})
+		t.Logf("other container Ready %v after its probe passed, during the stubborn one's 30s stop", time.Since(start).Round(time.Millisecond))
+	})
+
 	t.Run("the webhook injects the load-balancer gate, which follows an outside HTTP check", func(t *testing.T) {
 		if err := cp.Readiness.Start(); err != nil {
 			t.Fatal(err)

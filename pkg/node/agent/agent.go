@@ -80,10 +80,12 @@ var (
 	statusWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_status_writes_total", Help: "Pod status PATCHes sent (no-op patches are not sent)."})
 	runningPods  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_node_running_pods", Help: "Pods the node agent runs."})
 	eventsTotal  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_events_total", Help: "Events the node agent recorded, by reason."}, []string{"reason"})
+	// deleteRetries counts failed attempts to remove a terminated pod.
+	deleteRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_delete_retries_total", Help: "Failed attempts to remove a terminated pod from the API, each retried with backoff."})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 }
 
 // New returns an agent that talks to the API server with cfg.

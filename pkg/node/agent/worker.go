@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	podutil "k8s.io/kubernetes/pkg/util/pod"
 
@@ -34,6 +36,9 @@ type container struct {
 	liveness     *probe.Tracker
 	startup      *probe.Tracker
 	probesCancel context.CancelFunc
+	// killing is set while a liveness failure stops the container: the
+	// worker goes on with the pod's other containers meanwhile.
+	killing bool
 	// checkedLeftover is set once a process left by a previous agent has
 	// been looked for.
 	checkedLeftover bool
@@ -56,22 +61,44 @@ type worker struct {
 	containers []*container // init containers first, in order
 	startTime  metav1.Time
 	lastSynced string
+	// write sends the pod's status to the API: writeStatus, or what a test
+	// records.
+	write func(ctx context.Context, pod *corev1.Pod)
 }
 
 func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 	w := &worker{a: a, key: pod.Namespace + "/" + pod.Name, wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
-	restarts := map[string]int32{}
+	w.write = w.writeStatus
+	previous := map[string]corev1.ContainerStatus{}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		restarts[s.Name] = s.RestartCount // an agent restart keeps counting
+		previous[s.Name] = s // an agent restart keeps counting
 	}
 	for _, c := range pod.Spec.InitContainers {
-		w.containers = append(w.containers, &container{spec: c, init: true, restarts: restarts[c.Name]})
+		w.containers = append(w.containers, &container{spec: c, init: true, restarts: previous[c.Name].RestartCount,
+			done: finishedForGood(pod, previous[c.Name], true)})
 	}
 	for _, c := range pod.Spec.Containers {
-		w.containers = append(w.containers, &container{spec: c, restarts: restarts[c.Name],
+		w.containers = append(w.containers, &container{spec: c, restarts: previous[c.Name].RestartCount,
+			done:      finishedForGood(pod, previous[c.Name], false),
 			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
 	}
 	return w
+}
+
+// finishedForGood returns the terminated state of a container that a
+// previous agent reported finished and that the pod's restart policy does
+// not run again (a RestartPolicy Never container, one that succeeded under
+// OnFailure, an init container that completed), or nil: a new agent must not
+// run it again.
+func finishedForGood(pod *corev1.Pod, s corev1.ContainerStatus, init bool) *corev1.ContainerStateTerminated {
+	t := s.State.Terminated
+	if t == nil {
+		return nil
+	}
+	if init && t.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), t.ExitCode) {
+		return t.DeepCopy()
+	}
+	return nil
 }
 
 // update gives the worker a newer version of its pod.
@@ -112,6 +139,11 @@ func (w *worker) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			if w.a.opts.StopPodsOnExit {
 				w.stopAll(pod, gracePeriod(pod))
+				// Record the ends, so that the next agent knows which
+				// containers finished for good; best effort, briefly.
+				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				w.write(sctx, pod)
+				cancel()
 			}
 			return
 		}
@@ -160,21 +192,27 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
 		}
 		w.step(ctx, pod, c, now)
 	}
-	w.writeStatus(ctx, pod)
+	w.write(ctx, pod)
 }
 
 // step handles one container: notice an exit, restart with backoff, start.
 func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
 	if c.proc != nil {
 		if !c.proc.exited() {
-			if !c.init && !w.verdict(c, probe.Liveness) {
+			if !c.init && !c.killing && !w.verdict(c, probe.Liveness) {
 				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
-				c.proc.stop(gracePeriod(pod))
-				c.liveness = probe.NewTracker(probe.Liveness)
-			} else {
-				return
+				c.killing = true
+				w.stopProbes(c)
+				// Stopping takes up to the grace period; the exit wakes
+				// the worker, which restarts the container then.
+				go func(p *process) {
+					p.stop(gracePeriod(pod))
+					w.poke()
+				}(c.proc)
 			}
+			return
 		}
+		c.killing = false
 		code, finished := c.proc.result()
 		reason := "Completed"
 		if code != 0 {
@@ -249,7 +287,11 @@ func containerID(p *process) string {
 func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container, env []string) {
 	ctx, cancel := context.WithCancel(ctx)
 	c.probesCancel = cancel
+	// Probe goroutines of the previous run may still report: trackers are
+	// only ever touched under the lock.
+	w.mu.Lock()
 	c.readiness, c.liveness, c.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
+	w.mu.Unlock()
 	spec := c.spec
 	run := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
 		if p == nil {
@@ -336,6 +378,8 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 		s.ContainerID = c.done.ContainerID
 		f := false
 		s.Started = &f
+		// As the kubelet: an init container that completed is ready.
+		s.Ready = c.init && c.done.ExitCode == 0
 	case c.waiting != nil:
 		s.State.Waiting = c.waiting
 	default:
@@ -375,6 +419,9 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 		podstatus.ContainersReady(pod, statuses, s.Phase),
 		podstatus.Ready(pod, old.Conditions, statuses, s.Phase),
 	}
+	for i := range owned {
+		owned[i].ObservedGeneration = pod.Generation
+	}
 	owned = podstatus.WithTransitionTimes(owned, old.Conditions, metav1.Now())
 	conditions := make([]corev1.PodCondition, 0, len(old.Conditions)+len(owned))
 	for _, c := range old.Conditions {
@@ -384,6 +431,7 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	}
 	s.Conditions = append(owned, conditions...)
 	s.Message, s.Reason = "", ""
+	s.ObservedGeneration = pod.Generation
 	return s
 }
 
@@ -420,15 +468,34 @@ func (w *worker) terminate(ctx context.Context, pod *corev1.Pod) {
 		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
 	}
 	w.stopAll(pod, grace)
-	w.writeStatus(ctx, pod)
+	w.write(ctx, pod)
 	if w.static {
 		return
 	}
 	zero := int64(0)
-	err := w.a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(pod.UID))})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		klog.ErrorS(err, "Removing a terminated pod", "pod", klog.KObj(pod))
-	}
+	removeUntilGone(ctx, klog.KObj(pod), deleteBackoff, func(ctx context.Context) error {
+		return w.a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(pod.UID))})
+	})
+}
+
+// deleteBackoff spaces the attempts to remove a terminated pod: 0.5s
+// doubling to 30s, until it is gone or the agent stops.
+var deleteBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
+// removeUntilGone calls del until the pod is gone: done, NotFound, or
+// Conflict (another pod of that name, its UID precondition failed). Any other
+// error (the API server down, a timeout) is logged and retried with backoff,
+// so that a terminated pod never stays in the API with its deletion pending.
+func removeUntilGone(ctx context.Context, pod klog.ObjectRef, b wait.Backoff, del func(context.Context) error) {
+	_ = wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
+		err := del(ctx)
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return true, nil
+		}
+		klog.ErrorS(err, "Removing a terminated pod; will retry", "pod", pod)
+		deleteRetries.Inc()
+		return false, nil
+	})
 }
 
 func (w *worker) stopAll(pod *corev1.Pod, grace time.Duration) {
