@@ -27,6 +27,9 @@ workingDir and host networking. Probes, restart policy, crash-loop backoff and p
 conditions follow the kubelet; a pod is Ready when its containers are ready and every
 readiness gate's condition is True (Pod Ready++).
 
+Static pods from --pod-manifest-path start at once, with no API server needed. The Node
+is registered once an API server answers (retried with backoff), and mirror pods follow.
+
 Container logs: <root-dir>/pods/<namespace>_<name>_<uid>/<container>/<restart>.log.
 With --stop-pods-on-exit (the default) containers stop with the agent: SIGTERM, then
 SIGKILL after the pod's grace period, and die with it if it crashes. Without it they keep

@@ -346,6 +346,96 @@ func TestNodeAgent(t *testing.T) {
 			return err != nil, "still there"
 		})
 	})
+
+	t.Run("static pods run without an API server, one pod per name, replaced in order", func(t *testing.T) {
+		manifests := filepath.Join(dir, "manifests")
+		write := func(name, content string) {
+			t.Helper()
+			if err := os.WriteFile(filepath.Join(manifests, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		manifest := func(name, seconds string) string {
+			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"" + seconds + "\"]\n"
+		}
+		running := func(seconds string) int { return countProcesses("sleep\x00" + seconds) }
+		defer func() {
+			for _, f := range []string{"keep.yaml", "offline.yaml", "dup.yaml"} {
+				os.Remove(filepath.Join(manifests, f))
+			}
+		}()
+		write("keep.yaml", manifest("keep", "3605"))
+		waitFor(ctx, t, time.Minute, "keep running", func() (bool, string) { return running("3605") == 1, "" })
+
+		// The API server goes away, and the node agent restarts meanwhile.
+		if !cp.APIServer.Stop(20 * time.Second) {
+			t.Log("apiserver had to be killed")
+		}
+		if err := cp.Node.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		<-cp.Node.Exited()
+		if err := cp.Node.Start(); err != nil {
+			t.Fatal(err)
+		}
+		write("offline.yaml", manifest("offline", "3604"))
+		waitFor(ctx, t, 30*time.Second, "static pods running with no API server", func() (bool, string) {
+			return running("3605") == 1 && running("3604") == 1, fmt.Sprintf("keep %d, offline %d", running("3605"), running("3604"))
+		})
+
+		// Edited: the old pod stops before the new one starts.
+		write("keep.yaml", manifest("keep", "3606"))
+		deadline := time.Now().Add(30 * time.Second)
+		for running("3606") != 1 {
+			if running("3605") > 0 && running("3606") > 0 {
+				t.Fatal("old and new static pod ran at once")
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the edited static pod never started")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// A second manifest for the same pod name is refused.
+		write("dup.yaml", manifest("keep", "3607"))
+		time.Sleep(2 * time.Second)
+		if running("3607") != 0 || running("3606") != 1 {
+			t.Errorf("a duplicate pod name ran: %d, original %d", running("3607"), running("3606"))
+		}
+
+		// The API server comes back: the Node and the mirror pods follow.
+		if err := cp.StartAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.WaitNodeReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "mirror pods of the static pods started without an API", func() (bool, string) {
+			for _, name := range []string{"offline-" + o.NodeName, "keep-" + o.NodeName} {
+				p, err := pods.Get(ctx, name, metav1.GetOptions{})
+				if err != nil || p.Status.Phase != corev1.PodRunning {
+					return false, fmt.Sprint(name, err)
+				}
+			}
+			return true, ""
+		})
+		waitFor(ctx, t, time.Minute, "the duplicate reported", func() (bool, string) {
+			evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=StaticPodInvalid"})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, e := range evs.Items {
+				if strings.Contains(e.Message, "dup.yaml") && strings.Contains(e.Message, "already defined by") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%d events", len(evs.Items))
+		})
+		// An invalid edit stops the pod it replaced, as with the kubelet.
+		write("keep.yaml", "kind: [")
+		waitFor(ctx, t, time.Minute, "keep stopped after an invalid edit", func() (bool, string) {
+			return running("3606") == 0 && running("3607") == 1, fmt.Sprintf("keep %d, dup %d", running("3606"), running("3607"))
+		})
+	})
 }
 
 func gatedPod(name string, gates ...string) *corev1.Pod {

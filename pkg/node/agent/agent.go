@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -68,9 +69,10 @@ type Agent struct {
 	recorder record.EventRecorder
 
 	mu         sync.Mutex
-	workers    map[string]*worker // namespace/name of API pods; "static/<file>" of static pods
+	workers    map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
 	wg         sync.WaitGroup
 	podLister  cache.Store
+	podsSynced func() bool // whether the API's pods of this node have been listed
 	node       *corev1.Node
 	staticWake chan struct{}
 }
@@ -114,26 +116,21 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	return &Agent{opts: o, client: client, workers: map[string]*worker{}}, nil
 }
 
-// Run registers the Node and runs pods until ctx ends; then it stops every
-// container (SIGTERM, SIGKILL after the pod's grace period) and returns.
+// Run runs static pods at once, without waiting for an API server, and
+// in the background registers the Node and runs the API's pods once an API
+// server answers (retried with backoff); mirror pods follow then. Static
+// pods keep running while the API server is away. When ctx ends it stops
+// every container (SIGTERM, SIGKILL after the pod's grace period) and
+// returns.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.opts.RootDir, 0o700); err != nil {
 		return err
 	}
+	// Events wait in the broadcaster until an API server takes them.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
-
-	if err := a.registerNode(ctx); err != nil {
-		return err
-	}
-	go a.heartbeat(ctx)
-	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
-	go leases.Run(ctx)
-	if a.opts.MetricsAddress != "" {
-		go a.serveMetrics(ctx)
-	}
 
 	a.staticWake = make(chan struct{}, 1)
 	lw := cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName))
@@ -146,14 +143,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			DeleteFunc: func(obj any) { a.podDeleted(obj) },
 		},
 	})
-	a.podLister = indexer
-	go informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return ctx.Err()
+	a.podLister, a.podsSynced = indexer, informer.HasSynced
+	if a.opts.MetricsAddress != "" {
+		go a.serveMetrics(ctx)
 	}
 	if a.opts.PodManifestPath != "" {
 		go a.runStaticPods(ctx)
 	}
+	go a.runWithAPI(ctx, informer)
 	klog.InfoS("Node agent running", "node", a.opts.NodeName, "nodeIP", a.opts.NodeIP, "rootDir", a.opts.RootDir)
 	<-ctx.Done()
 	if a.opts.StopPodsOnExit {
@@ -163,6 +160,33 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.wg.Wait()
 	return nil
+}
+
+// apiBackoff spaces the attempts to register the Node while no API server
+// answers: 1s doubling to 30s.
+var apiBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+
+// runWithAPI registers the Node, retrying until an API server answers, then
+// starts the heartbeat, the Lease and the informer of the node's pods.
+func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
+	_ = wait.ExponentialBackoffWithContext(ctx, apiBackoff, func(ctx context.Context) (bool, error) {
+		err := a.registerNode(ctx)
+		if err != nil {
+			klog.InfoS("No API server yet; static pods run meanwhile, registration is retried", "err", err)
+		}
+		return err == nil, nil
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	klog.InfoS("Node registered", "node", a.opts.NodeName)
+	go a.heartbeat(ctx)
+	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
+	go leases.Run(ctx)
+	go informer.RunWithContext(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		a.wakeStatic() // the mirror pods can be written now
+	}
 }
 
 func (a *Agent) podChanged(ctx context.Context, obj any) {
@@ -191,11 +215,25 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 }
 
 func (a *Agent) startWorker(ctx context.Context, key string, w *worker) {
+	a.startWorkerAfter(ctx, key, w, nil)
+}
+
+// startWorkerAfter runs w once after is closed (nil: at once): a replaced
+// static pod has stopped before its successor starts. Called with a.mu held.
+func (a *Agent) startWorkerAfter(ctx context.Context, key string, w *worker, after <-chan struct{}) {
 	a.workers[key] = w
 	runningPods.Set(float64(len(a.workers)))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		defer close(w.finished)
+		if after != nil {
+			select {
+			case <-after:
+			case <-ctx.Done():
+				return
+			}
+		}
 		w.run(ctx)
 		a.mu.Lock()
 		if a.workers[key] == w {

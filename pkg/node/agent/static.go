@@ -34,11 +34,12 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 	} else {
 		klog.ErrorS(err, "Watching the manifest directory; reading it every 20s instead", "path", a.opts.PodManifestPath)
 	}
-	reported := map[string]bool{} // file+hash of malformed manifests already reported
+	reported := map[string]bool{} // file+hash+reason of refused manifests already reported
+	owners := map[string]string{} // pod full name -> the file that defines the running pod
 	t := time.NewTicker(staticResync)
 	defer t.Stop()
 	for {
-		a.syncStaticPods(ctx, reported)
+		owners = a.syncStaticPods(ctx, reported, owners)
 		select {
 		case <-ctx.Done():
 			return
@@ -51,49 +52,69 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 	}
 }
 
-func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool) {
+// staticKey is the worker key of a static pod: its full name, so that one
+// pod name has one worker whichever file defines it.
+func staticKey(pod *corev1.Pod) string { return "static/" + pod.Namespace + "/" + pod.Name }
+
+// syncStaticPods runs the static pods the manifest directory asks for and
+// returns which file defines each (owners, for the next turn).
+func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, owners map[string]string) map[string]string {
 	results, err := staticpod.LoadDir(a.opts.PodManifestPath, a.opts.NodeName)
 	if err != nil {
 		klog.ErrorS(err, "Reading the manifest directory", "path", a.opts.PodManifestPath)
-		return
+		return owners
+	}
+	pods, files, refused := staticpod.Desired(results, owners)
+	for _, r := range refused {
+		if !reported[r.File+r.Hash+r.Err.Error()] {
+			reported[r.File+r.Hash+r.Err.Error()] = true
+			klog.ErrorS(r.Err, "Refusing a static pod manifest")
+			a.nodeEvent(corev1.EventTypeWarning, "StaticPodInvalid", "Refusing static pod manifest: %v", r.Err)
+		}
 	}
 	wanted := map[string]*corev1.Pod{}
-	for _, r := range results {
-		key := "static/" + r.File
-		if r.Err != nil {
-			if !reported[r.File+r.Hash] {
-				reported[r.File+r.Hash] = true
-				klog.ErrorS(r.Err, "Skipping a malformed static pod manifest")
-				a.nodeEvent(corev1.EventTypeWarning, "StaticPodInvalid", "Skipping static pod manifest: %v", r.Err)
-			}
-			// A malformed edit does not stop the pod that was running.
-			a.mu.Lock()
-			if w, ok := a.workers[key]; ok {
-				wanted[key] = w.pod
-			}
-			a.mu.Unlock()
-			continue
-		}
-		wanted[key] = r.Pod
+	for _, p := range pods {
+		wanted[staticKey(p)] = p
 	}
 	a.mu.Lock()
+	// A pod whose manifest changed, went away or became invalid stops, with
+	// its grace period; its replacement starts only once it has stopped.
+	retired := map[string]*worker{}
 	for key, w := range a.workers {
 		if !w.static {
 			continue
 		}
 		if p, ok := wanted[key]; !ok || p.UID != w.pod.UID {
-			w.delete()
+			w.retire()
+			retired[key] = w
 			delete(a.workers, key)
 		}
 	}
 	for key, p := range wanted {
 		if _, ok := a.workers[key]; !ok {
-			klog.InfoS("Starting static pod", "pod", klog.KObj(p), "file", key[len("static/"):])
-			a.startWorker(ctx, key, newWorker(a, p, true))
+			klog.InfoS("Starting static pod", "pod", klog.KObj(p))
+			var after <-chan struct{}
+			if old := retired[key]; old != nil {
+				after = old.finished
+			}
+			a.startWorkerAfter(ctx, key, newWorker(a, p, true), after)
 		}
 	}
 	a.mu.Unlock()
-	a.syncMirrors(ctx, wanted)
+	if a.podsSynced != nil && a.podsSynced() {
+		a.syncMirrors(ctx, wanted)
+	}
+	return files
+}
+
+func (a *Agent) wakeStatic() {
+	if a.staticWake == nil {
+		return
+	}
+	select {
+	case a.staticWake <- struct{}{}:
+	default:
+	}
 }
 
 // syncMirrors creates missing mirror pods, replaces outdated ones, and
@@ -152,12 +173,7 @@ func (a *Agent) mirrorFor(p *corev1.Pod) *corev1.Pod {
 // mirrorChanged re-checks the mirror pods and wakes the static pods' workers
 // so that their status reaches a new mirror at once.
 func (a *Agent) mirrorChanged(*corev1.Pod) {
-	if a.staticWake != nil {
-		select {
-		case a.staticWake <- struct{}{}:
-		default:
-		}
-	}
+	a.wakeStatic()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, w := range a.workers {

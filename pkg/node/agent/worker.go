@@ -55,6 +55,11 @@ type worker struct {
 	mu   sync.Mutex
 	pod  *corev1.Pod // the latest version the API (or the manifest) gave
 	gone bool        // deleted from the API
+	// retiring: a static pod whose manifest changed or went away stops with
+	// its grace period.
+	retiring bool
+	// finished is closed when the worker has stopped its containers.
+	finished chan struct{}
 	// static pods run from a manifest; their status goes to the mirror pod.
 	static bool
 
@@ -69,6 +74,7 @@ type worker struct {
 func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 	w := &worker{a: a, key: pod.Namespace + "/" + pod.Name, wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
 	w.write = w.writeStatus
+	w.finished = make(chan struct{})
 	previous := map[string]corev1.ContainerStatus{}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		previous[s.Name] = s // an agent restart keeps counting
@@ -109,6 +115,15 @@ func (w *worker) update(pod *corev1.Pod) {
 	w.poke()
 }
 
+// retire stops the pod with its grace period; nothing is removed from the
+// API (a static pod's mirror is handled with the manifests).
+func (w *worker) retire() {
+	w.mu.Lock()
+	w.retiring = true
+	w.mu.Unlock()
+	w.poke()
+}
+
 func (w *worker) delete() {
 	w.mu.Lock()
 	w.gone = true
@@ -130,10 +145,14 @@ func (w *worker) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		pod, gone := w.pod, w.gone
+		pod, gone, retiring := w.pod, w.gone, w.retiring
 		w.mu.Unlock()
 		if gone {
 			w.stopAll(pod, 0)
+			return
+		}
+		if retiring {
+			w.stopAll(pod, gracePeriod(pod))
 			return
 		}
 		if ctx.Err() != nil {

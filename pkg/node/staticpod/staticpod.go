@@ -7,17 +7,26 @@ package staticpod
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes/scheme"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	apipod "k8s.io/kubernetes/pkg/api/pod"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/core/install" // the core API in legacyscheme
+	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
 )
 
 // Annotations of static and mirror pods, as the kubelet writes them.
@@ -30,33 +39,34 @@ const (
 // MaxManifestSize is the largest manifest read; a larger file is refused.
 const MaxManifestSize = 1 << 20
 
-// Parse reads a manifest for node: one v1 Pod in YAML or JSON. The pod is
-// named <name>-<node> in its namespace (default "default"), and its UID is
-// the hash of the manifest and node, so an edit makes a new pod.
+// Parse reads a manifest for node: one v1 Pod in YAML or JSON, decoded,
+// defaulted and validated as the kubelet does (upstream's ValidatePodCreate;
+// no references to API objects, which a static pod cannot resolve without
+// an API server). The pod is named <name>-<node> in its namespace (default
+// "default"), and its UID is the hash of the manifest and node, so an edit
+// makes a new pod.
 func Parse(data []byte, nodeName string) (*corev1.Pod, error) {
 	if len(data) > MaxManifestSize {
 		return nil, fmt.Errorf("manifest is %d bytes, over the %d limit", len(data), MaxManifestSize)
 	}
-	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	js, err := utilyaml.ToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("not a Kubernetes object: %v", err)
 	}
-	pod, ok := obj.(*corev1.Pod)
+	obj, gvk, err := legacyscheme.Codecs.UniversalDecoder().Decode(js, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("not a Kubernetes object: %v", err)
+	}
+	pod, ok := obj.(*api.Pod)
 	if !ok {
 		return nil, fmt.Errorf("manifest holds a %s, not a v1 Pod", gvk.Kind)
 	}
 	if errs := validation.IsDNS1123Subdomain(pod.Name); len(errs) > 0 {
 		return nil, fmt.Errorf("pod name %q: %s", pod.Name, strings.Join(errs, "; "))
 	}
-	if len(pod.Spec.Containers) == 0 {
-		return nil, fmt.Errorf("pod %s has no containers", pod.Name)
-	}
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if c.Name == "" {
-			return nil, fmt.Errorf("pod %s has a container without a name", pod.Name)
-		}
+	for _, c := range append(append([]api.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if len(c.Command) == 0 {
-			return nil, fmt.Errorf("container %s of pod %s has no command (the node agent runs commands, not images)", c.Name, pod.Name)
+			return nil, fmt.Errorf("container %q of pod %s has no command (the node agent runs commands, not images)", c.Name, pod.Name)
 		}
 	}
 	hash := Hash(data, nodeName)
@@ -66,16 +76,26 @@ func Parse(data []byte, nodeName string) (*corev1.Pod, error) {
 	pod.Name = pod.Name + "-" + nodeName
 	pod.UID = types.UID(hash)
 	pod.Spec.NodeName = nodeName
-	if pod.Spec.RestartPolicy == "" {
-		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
-	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[HashAnnotation] = hash
 	pod.Annotations[SourceAnnotation] = "file"
-	pod.ResourceVersion, pod.Status = "", corev1.PodStatus{}
-	return pod, nil
+	pod.ResourceVersion, pod.Status = "", api.PodStatus{}
+	opts := apipod.GetValidationOptionsFromPodSpecAndMeta(&pod.Spec, nil, &pod.ObjectMeta, nil)
+	if errs := corevalidation.ValidatePodCreate(pod, opts); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid pod: %v", errs.ToAggregate())
+	}
+	if _, resource, err := apipod.HasAPIObjectReference(pod); err != nil {
+		return nil, err
+	} else if resource != "" {
+		return nil, fmt.Errorf("static pods may not reference %s: they run without an API server", resource)
+	}
+	out := &corev1.Pod{}
+	if err := apiv1.Convert_core_Pod_To_v1_Pod(pod, out, nil); err != nil {
+		return nil, fmt.Errorf("converting the pod: %w", err)
+	}
+	return out, nil
 }
 
 // Hash identifies a manifest's content on a node.
@@ -139,13 +159,78 @@ func LoadDir(dir, nodeName string) ([]Result, error) {
 	return out, nil
 }
 
+// readLimited reads a manifest that is a regular file, at most
+// MaxManifestSize bytes of it. A link, FIFO, device or directory is refused
+// without being opened for reading in a way that could block.
 func readLimited(path string) ([]byte, error) {
-	st, err := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, errors.New("a symbolic link, not a regular file")
+		}
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() > MaxManifestSize {
-		return nil, fmt.Errorf("manifest is %d bytes, over the %d limit", st.Size(), MaxManifestSize)
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
 	}
-	return os.ReadFile(path)
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxManifestSize {
+		return nil, fmt.Errorf("manifest is over the %d-byte limit", MaxManifestSize)
+	}
+	return data, nil
+}
+
+// Refusal is a manifest file that does not become a pod, and why.
+type Refusal struct {
+	File string
+	Hash string
+	Err  error
+}
+
+// Desired decides which static pods the manifests ask for, by pod full name
+// (namespace/name), and which file defines each. owners are the files that
+// defined each running pod: when two files define one name, the one already
+// running keeps it and the newcomer is refused; otherwise the first file by
+// name wins. Every file that did not parse is refused too. A pod whose file
+// became invalid is not desired any more, so the pod it replaced stops, as
+// with the kubelet.
+func Desired(results []Result, owners map[string]string) (pods map[string]*corev1.Pod, files map[string]string, refused []Refusal) {
+	pods, files = map[string]*corev1.Pod{}, map[string]string{}
+	byName := map[string][]Result{}
+	var names []string
+	for _, r := range results {
+		if r.Err != nil {
+			refused = append(refused, Refusal{File: r.File, Hash: r.Hash, Err: r.Err})
+			continue
+		}
+		key := r.Pod.Namespace + "/" + r.Pod.Name
+		if _, seen := byName[key]; !seen {
+			names = append(names, key)
+		}
+		byName[key] = append(byName[key], r)
+	}
+	for _, key := range names {
+		rs := byName[key]
+		winner := 0
+		for i, r := range rs {
+			if r.File == owners[key] {
+				winner = i
+			}
+		}
+		pods[key], files[key] = rs[winner].Pod, rs[winner].File
+		for i, r := range rs {
+			if i != winner {
+				refused = append(refused, Refusal{File: r.File, Hash: r.Hash, Err: fmt.Errorf("%s: pod %s is already defined by %s", r.File, key, rs[winner].File)})
+			}
+		}
+	}
+	return pods, files, refused
 }
