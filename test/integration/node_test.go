@@ -146,13 +146,7 @@ func TestNodeAgent(t *testing.T) {
 			n := countProcesses("sleep\x003601")
 			return n == 1, fmt.Sprintf("%d processes", n)
 		})
-		if err := cp.Node.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-cp.Node.Exited()
-		if err := cp.Node.Start(); err != nil {
-			t.Fatal(err)
-		}
+		restartNodeAgent(t, cp, syscall.SIGKILL)
 		if err := cp.WaitNodeReady(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -179,13 +173,7 @@ func TestNodeAgent(t *testing.T) {
 			n := countProcesses("sleep\x003602")
 			return n == 1, fmt.Sprintf("%d processes", n)
 		})
-		if err := cp.Node.Signal(syscall.SIGTERM); err != nil { // stops its pods
-			t.Fatal(err)
-		}
-		<-cp.Node.Exited()
-		if err := cp.Node.Start(); err != nil {
-			t.Fatal(err)
-		}
+		restartNodeAgent(t, cp, syscall.SIGTERM) // SIGTERM: it stops its pods
 		if err := cp.WaitNodeReady(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -371,13 +359,7 @@ func TestNodeAgent(t *testing.T) {
 		if !cp.APIServer.Stop(20 * time.Second) {
 			t.Log("apiserver had to be killed")
 		}
-		if err := cp.Node.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		<-cp.Node.Exited()
-		if err := cp.Node.Start(); err != nil {
-			t.Fatal(err)
-		}
+		restartNodeAgent(t, cp, syscall.SIGTERM)
 		write("offline.yaml", manifest("offline", "3604"))
 		waitFor(ctx, t, 30*time.Second, "static pods running with no API server", func() (bool, string) {
 			return running("3605") == 1 && running("3604") == 1, fmt.Sprintf("keep %d, offline %d", running("3605"), running("3604"))
@@ -436,6 +418,19 @@ func TestNodeAgent(t *testing.T) {
 			return running("3606") == 0 && running("3607") == 1, fmt.Sprintf("keep %d, dup %d", running("3606"), running("3607"))
 		})
 	})
+}
+
+// restartNodeAgent stops the node agent with sig, waits for it to exit, and
+// starts it again.
+func restartNodeAgent(t *testing.T, cp *controlplane.ControlPlane, sig syscall.Signal) {
+	t.Helper()
+	if err := cp.Node.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	<-cp.Node.Exited()
+	if err := cp.Node.Start(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func gatedPod(name string, gates ...string) *corev1.Pod {

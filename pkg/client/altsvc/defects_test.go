@@ -287,6 +287,27 @@ func TestNotReadyRefusalMovesAnyVerb(t *testing.T) {
 	}
 }
 
+// upgradeSetup starts s on 127.0.0.2 with a certificate for
+// kubernetes.default only, and returns a config enabled for an original
+// host where nothing listens, with s as its alternative.
+func upgradeSetup(t *testing.T, p *testpki.TestPKI, s *httptest.Server) (*rest.Config, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
+	}
+	s.Listener = l
+	s.TLS = serverTLSNamed(t, p, ServerName)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	orig := deadAddress(t, "127.0.0.1")
+	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
+	if _, err := Enable(cfg, Options{Hosts: []string{orig, s.Listener.Addr().String()}, LocalAddresses: []net.IP{}}); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, orig
+}
+
 func TestUpgradeConnectStepFailsOver(t *testing.T) {
 	p := testpki.New(t)
 	var upgrades atomic.Int32
@@ -300,19 +321,7 @@ func TestUpgradeConnectStepFailsOver(t *testing.T) {
 		c.WriteMessage(websocket.BinaryMessage, []byte("hello from b"))
 		c.Close()
 	}))
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
-	}
-	s.Listener = l
-	s.TLS = serverTLSNamed(t, p, ServerName)
-	s.StartTLS()
-	defer s.Close()
-	orig := deadAddress(t, "127.0.0.1")
-	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
-	if _, err := Enable(cfg, Options{Hosts: []string{orig, s.Listener.Addr().String()}, LocalAddresses: []net.IP{}}); err != nil {
-		t.Fatal(err)
-	}
+	cfg, orig := upgradeSetup(t, p, s)
 	rt, holder, err := clientwebsocket.RoundTripperFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -422,19 +431,7 @@ func TestSPDYConnectStepFailsOver(t *testing.T) {
 			<-conn.CloseChan()
 		}
 	}))
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
-	}
-	s.Listener = l
-	s.TLS = serverTLSNamed(t, p, ServerName)
-	s.StartTLS()
-	defer s.Close()
-	orig := deadAddress(t, "127.0.0.1")
-	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
-	if _, err := Enable(cfg, Options{Hosts: []string{orig, s.Listener.Addr().String()}, LocalAddresses: []net.IP{}}); err != nil {
-		t.Fatal(err)
-	}
+	cfg, orig := upgradeSetup(t, p, s)
 	rt, upgrader, err := clientspdy.RoundTripperFor(cfg)
 	if err != nil {
 		t.Fatal(err)
