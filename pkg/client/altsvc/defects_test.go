@@ -443,6 +443,11 @@ func TestSPDYConnectStepFailsOver(t *testing.T) {
 		t.Fatalf("port-forward connect with the original down: %v", err)
 	}
 	defer conn.Close()
+	// The client has its 101 before the server's handler returns from the
+	// upgrade: wait for the count.
+	for i := 0; i < 200 && upgrades.Load() == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if proto != "portforward.k8s.io" || upgrades.Load() != 1 {
 		t.Errorf("protocol %q, %d upgrades at the alternative; want portforward.k8s.io and 1", proto, upgrades.Load())
 	}
