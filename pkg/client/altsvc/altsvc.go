@@ -33,6 +33,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,53 +193,48 @@ func CacheFileName(origin string, ca []byte) string {
 	return hex.EncodeToString(h.Sum(nil)[:16]) + ".json"
 }
 
+// caBytes returns the CA a config trusts, as client-go loads it.
 func caBytes(cfg *rest.Config) ([]byte, error) {
-	if len(cfg.CAData) > 0 || cfg.CAFile == "" {
-		return cfg.CAData, nil
+	c := rest.CopyConfig(cfg)
+	if err := rest.LoadTLSFiles(c); err != nil {
+		return nil, fmt.Errorf("alternative services: %w", err)
 	}
-	b, err := os.ReadFile(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("alternative services: reading the CA: %w", err)
-	}
-	return b, nil
+	return c.CAData, nil
 }
 
 // originOf returns scheme://host:port of a rest.Config's Host.
 func originOf(host string) (string, error) {
-	if host == "" {
-		return "", errors.New("alternative services: the client config has no host")
+	scheme, hostport, err := splitHost(host)
+	if err != nil {
+		return "", fmt.Errorf("alternative services: client config host %q: %w", host, err)
 	}
-	scheme := "https"
-	rest := host
-	if i := strings.Index(host, "://"); i >= 0 {
-		scheme, rest = strings.ToLower(host[:i]), host[i+3:]
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	if rest == "" {
-		return "", fmt.Errorf("alternative services: client config host %q has no host name", host)
-	}
-	return scheme + "://" + CanonicalHost(scheme, rest), nil
+	return scheme + "://" + hostport, nil
 }
 
-func normalizeHost(h string) (string, error) {
+// splitHost parses a host as a rest.Config or a kubeconfig gives it: a URL,
+// or host[:port] meaning https. It returns the scheme and host:port, with the
+// scheme's default port when none is given.
+func splitHost(h string) (scheme, hostport string, err error) {
 	s := h
-	if i := strings.Index(s, "://"); i >= 0 {
-		s = s[i+3:]
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
 	}
-	s = strings.TrimRight(s, "/")
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		s = s[:i]
+	u, err := url.Parse(s)
+	if err != nil || u.Hostname() == "" || u.User != nil {
+		return "", "", fmt.Errorf("want host:port or an https URL")
 	}
-	host, port, err := net.SplitHostPort(s)
+	scheme = strings.ToLower(u.Scheme)
+	return scheme, CanonicalHost(scheme, u.Host), nil
+}
+
+// normalizeHost returns an alternative host, given as host:port or a URL, as
+// host:port.
+func normalizeHost(h string) (string, error) {
+	_, hostport, err := splitHost(h)
 	if err != nil {
-		host, port = s, "443"
+		return "", fmt.Errorf("alternative host %q: %w", h, err)
 	}
-	if host == "" || strings.ContainsAny(host, " /?#@") {
-		return "", fmt.Errorf("alternative host %q: want host:port or an https URL", h)
-	}
-	return net.JoinHostPort(host, port), nil
+	return hostport, nil
 }
 
 func interfaceAddresses() []net.IP {
@@ -466,6 +462,14 @@ type roundTripper struct {
 
 	lastCARefresh atomic.Int64 // unix nanoseconds
 	lastPool      atomic.Pointer[poolLookup]
+	lastCopies    atomic.Pointer[copiesLookup]
+}
+
+// copiesLookup is a round tripper's last transportsFor: client-go's
+// transport changes only when its CA file does.
+type copiesLookup struct {
+	base *http.Transport
+	ts   *transports
 }
 
 // poolLookup is a round tripper's last pool lookup: almost every request of
@@ -509,7 +513,13 @@ func (rt *roundTripper) current() (*transports, *http.Transport, error) {
 	if base == nil {
 		return nil, nil, errors.New("alternative services: client-go's transport is gone")
 	}
+	if l := rt.lastCopies.Load(); l != nil && l.base == base {
+		return l.ts, base, nil
+	}
 	ts, err := rt.reg.transportsFor(base)
+	if err == nil {
+		rt.lastCopies.Store(&copiesLookup{base: base, ts: ts})
+	}
 	return ts, base, err
 }
 
@@ -531,14 +541,15 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" {
 		return rt.next.RoundTrip(req)
 	}
-	resp, pool, host, err := rt.send(req)
+	stream := isStreaming(req)
+	resp, pool, host, err := rt.send(req, stream)
 	if err != nil || resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	if MayResumeWatch(req, resp) {
+	if stream && MayResumeWatch(req, resp) {
 		// One reader reads a body: host needs no lock.
 		resp.Body = newResumingWatch(req, resp, func(r *http.Request) (*http.Response, error) {
-			resp, _, h, err := rt.send(r)
+			resp, _, h, err := rt.send(r, true)
 			if err == nil {
 				host = h
 			}
@@ -550,7 +561,8 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // send sends req to the first host of its cluster's plan that answers, and
 // returns the answer with the pool and the host that gave it.
-func (rt *roundTripper) send(req *http.Request) (*http.Response, *Pool, string, error) {
+// stream tells whether req is a watch or a followed log (isStreaming).
+func (rt *roundTripper) send(req *http.Request, stream bool) (*http.Response, *Pool, string, error) {
 	ts, base, err := rt.current()
 	if err != nil {
 		return nil, nil, "", err
@@ -583,7 +595,7 @@ func (rt *roundTripper) send(req *http.Request) (*http.Response, *Pool, string, 
 				refusal = keepRefusal(resp)
 				continue
 			}
-			buffered, err = bufferBody(req, resp)
+			buffered, err = bufferBody(req, resp, stream)
 		}
 		if err == nil {
 			if refusal != nil {
@@ -598,7 +610,7 @@ func (rt *roundTripper) send(req *http.Request) (*http.Response, *Pool, string, 
 				klog.InfoS("Switched API server", "from", prev, "to", host)
 			}
 			metrics.requests.WithLabelValues(host, "ok").Inc()
-			if !buffered && !MayResumeWatch(req, resp) {
+			if !buffered && !(stream && MayResumeWatch(req, resp)) {
 				watchBody(req, resp, func(err error) { rt.streamFailed(pool, host, err) })
 			}
 			return resp, pool, host, nil
@@ -670,11 +682,11 @@ const maxBuffered = 8 << 20
 // caller gets while reading. Up to maxBuffered bytes are read ahead; the rest,
 // if any, streams as before.
 // It reports whether the whole body is now in memory.
-func bufferBody(req *http.Request, resp *http.Response) (bool, error) {
+func bufferBody(req *http.Request, resp *http.Response, stream bool) (bool, error) {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return true, nil
 	}
-	if !MayResend(req.Method, true, bodyReplayable(req)) || isStreaming(req) {
+	if stream || !MayResend(req.Method, true, bodyReplayable(req)) {
 		return false, nil
 	}
 	var buf bytes.Buffer
