@@ -18,10 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	wire "github.com/steadyplane/steadyplane/pkg/altsvc"
 	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
@@ -87,19 +85,8 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 			t.Errorf("a client learned the address a pod injected: %+v", pool.Hosts())
 		}
 	}
-	// A client of plain HTTP/2, to see the header as it leaves the server.
-	tlsCfg, err := rest.TLSConfigFor(c.AdminConfig(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(c.URL(0) + proxyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if got := resp.Header.Values(wire.HeaderName); want == "" && len(got) != 0 || want != "" && (len(got) != 1 || got[0] != want) {
+	// The header as it leaves the server, seen by a plain HTTP/2 client.
+	if got := altSvcHeader(t, c, 0, proxyPath, true, true); got != want {
 		t.Errorf("Alt-Svc through the proxy subresource: %q, want %q", got, want)
 	}
 	// And a client using the server normally still works and is where it was.

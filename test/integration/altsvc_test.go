@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	wire "github.com/steadyplane/steadyplane/pkg/altsvc"
 	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
@@ -288,7 +289,7 @@ func TestAlternativeServicesFailover(t *testing.T) {
 func startHACluster(t *testing.T, n int, timeout time.Duration) (context.Context, *testenv.HACluster) {
 	t.Helper()
 	if testing.Short() {
-		t.Skipf("starts %d etcd members and %d API servers", n, n)
+		testci.CannotRun(t, "-short: starts %d etcd members and %d API servers", n, n)
 	}
 	testenv.RequireNetwork(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -308,7 +309,8 @@ func startHACluster(t *testing.T, n int, timeout time.Duration) (context.Context
 	return ctx, c
 }
 
-// altSvcHeader sends one GET to host i and returns its Alt-Svc header.
+// altSvcHeader sends one GET to host i and returns its Alt-Svc header, every
+// value of it joined: a second value (a backend's, appended) must show.
 func altSvcHeader(t *testing.T, c *testenv.HACluster, i int, path string, h2, withCreds bool) string {
 	t.Helper()
 	cfg := c.AdminConfig(i)
@@ -332,7 +334,7 @@ func altSvcHeader(t *testing.T, c *testenv.HACluster, i int, path string, h2, wi
 	if (resp.ProtoMajor == 2) != h2 {
 		t.Fatalf("GET %s spoke %s", path, resp.Proto)
 	}
-	return resp.Header.Get(wire.HeaderName)
+	return strings.Join(resp.Header.Values(wire.HeaderName), ", ")
 }
 
 // waitFor polls cond every 250ms until it holds or timeout passes.
