@@ -93,7 +93,7 @@ func newKubectlCommand() *cobra.Command {
 every request: it fails over between API servers (KEP-3037), starting from the
 kubeconfig's steadyplane.io/alternative-services extension and learning the rest from
 the servers, and it waits out a server that is still initializing (KEP-3028). Learned
-servers are kept in ~/.kube/cache/alternative-services.
+servers are kept in $KUBECACHEDIR or ~/.kube/cache, under alternative-services/.
 
 A link to the binary named kubectl behaves the same:
 

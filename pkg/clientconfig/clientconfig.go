@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/homedir"
 
 	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
 	"github.com/steadyplane/steadyplane/pkg/client/ifready"
@@ -35,14 +36,19 @@ type Options struct {
 	AltSvc altsvc.Options
 }
 
-// DefaultCacheDir is where a user's learned API servers are kept:
-// ~/.kube/cache/alternative-services, beside kubectl's discovery cache.
+// DefaultCacheDir is where a user's learned API servers are kept: beside
+// kubectl's discovery cache, in $KUBECACHEDIR or ~/.kube/cache, in
+// alternative-services/.
 func DefaultCacheDir() string {
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return ""
+	dir := os.Getenv("KUBECACHEDIR")
+	if dir == "" {
+		home := homedir.HomeDir()
+		if home == "" {
+			return ""
+		}
+		dir = filepath.Join(home, clientcmd.RecommendedHomeDir, "cache")
 	}
-	return filepath.Join(home, ".kube", "cache", "alternative-services")
+	return filepath.Join(dir, "alternative-services")
 }
 
 // Load reads the kubeconfig at path ("" for client-go's default loading

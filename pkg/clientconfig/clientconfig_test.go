@@ -98,3 +98,15 @@ func TestLoadRefusesAnInsecureKubeconfig(t *testing.T) {
 		t.Errorf("Load(insecure) = %v", err)
 	}
 }
+
+func TestDefaultCacheDir(t *testing.T) {
+	t.Setenv("KUBECACHEDIR", "/tmp/kc")
+	if got := DefaultCacheDir(); got != "/tmp/kc/alternative-services" {
+		t.Errorf("with KUBECACHEDIR: %s", got)
+	}
+	t.Setenv("KUBECACHEDIR", "")
+	t.Setenv("HOME", "/home/u")
+	if got := DefaultCacheDir(); got != "/home/u/.kube/cache/alternative-services" {
+		t.Errorf("from HOME: %s", got)
+	}
+}
