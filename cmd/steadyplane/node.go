@@ -2,6 +2,7 @@ package main
 
 import (
 	goflag "flag"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -11,21 +12,89 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
+
+// setUpRuntime chooses the container runtime for mode and, for runc, the
+// pod network.
+func setUpRuntime(o *agent.Options, mode string, net podnet.Config) error {
+	_, runcErr := runc.Available()
+	name, warning, err := runtime.Choose(mode, runcErr)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		klog.Warningf("Node agent: %s", warning)
+		fmt.Fprintf(os.Stderr, "WARNING: %s\n", warning)
+	}
+	if name == "process" {
+		o.Runtime = process.Runtime{}
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	rt, err := runc.New(runc.Options{Root: filepath.Join(o.RootDir, "runc"), Shim: []string{self, "container-shim"}})
+	if err != nil {
+		return err
+	}
+	net.IPAMDir, net.NAT = filepath.Join(o.RootDir, "cni", "ipam"), podnet.IPTablesAvailable()
+	network, err := podnet.New(net, filepath.Join(o.RootDir, "cni", "net.conflist"), filepath.Join(o.RootDir, "cni", "cache"))
+	if err != nil {
+		return err
+	}
+	o.Runtime, o.Network = rt, network
+	return nil
+}
+
+func newContainerShimCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "container-shim",
+		Short:              "Watch one runc container for the node agent (started by the agent)",
+		Long:               runc.ShimUsage,
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+				fmt.Println(runc.ShimUsage)
+				return nil
+			}
+			os.Exit(runc.ShimMain(args))
+			return nil
+		},
+	}
+}
 
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
-	var kubeconfig string
+	var kubeconfig, runtimeMode string
+	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Run a node agent: registers a Node and runs its pods as host processes",
+		Short: "Run a node agent: registers a Node and runs its pods under runc with their own network",
 		Long: `Run steadyplane's node agent. It registers a Node, renews its Lease, and runs the pods
-bound to it (and static pods from --pod-manifest-path) with each container as a host
-process: command and args run as given (the image is recorded, not pulled), with env,
-workingDir and host networking. Probes, restart policy, crash-loop backoff and pod
-conditions follow the kubelet; a pod is Ready when its containers are ready and every
-readiness gate's condition is True (Pod Ready++).
+bound to it (and static pods from --pod-manifest-path). Probes, restart policy, crash-loop
+backoff and pod conditions follow the kubelet; a pod is Ready when its containers are ready
+and every readiness gate's condition is True (Pod Ready++).
+
+With --runtime=runc (auto picks it when the agent is root and runc is installed) each
+container runs under runc: a root filesystem of read-only binds of the host's /usr, /etc,
+/lib*, /bin, /sbin, /opt with a private /tmp, its own mount and PID namespaces, the pod's
+network, IPC and UTS namespaces; runAsUser/Group, runAsNonRoot, readOnlyRootFilesystem,
+privileged, capabilities; memory and cpu limits (over its memory limit a container ends
+OOMKilled); hostPath, emptyDir, configMap, secret, downwardAPI and projected volumes. Each
+non-hostNetwork pod gets an address from --pod-cidr through the CNI plugins (bridge,
+host-local, portmap, loopback in /usr/lib/cni). The image is not pulled: command and args
+run from the host's system directories. Containers outlive an agent crash and a restarted
+agent adopts them: no restart, same addresses.
+
+With --runtime=process containers are host processes: no isolation, the host's network,
+no volumes; every pod gets a NotIsolated event.
 
 Static pods from --pod-manifest-path start at once, with no API server needed. The Node
 is registered once an API server answers (retried with backoff), and mirror pods follow.
@@ -47,6 +116,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err != nil {
 				return err
 			}
+			if err := setUpRuntime(&o, runtimeMode, net); err != nil {
+				return err
+			}
 			a, err := agent.New(cfg, o)
 			if err != nil {
 				return err
@@ -57,7 +129,10 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs := cmd.Flags()
 	fs.StringVar(&kubeconfig, "kubeconfig", kubeconfig, "Kubeconfig with the node's credentials (system:node:<node-name>, group system:nodes).")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the Node.")
-	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node, and of every pod (host network); probes dial it.")
+	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node, and of hostNetwork pods.")
+	fs.StringVar(&runtimeMode, "runtime", "auto", "Container runtime: runc (isolated; needs root and runc), process (host processes, not isolated), or auto (runc when possible, else process with a warning).")
+	fs.StringVar(&net.PodCIDR, "pod-cidr", net.PodCIDR, "Range of pod addresses on this node (until the Node's spec.podCIDR is allocated); must overlap no route of the host.")
+	fs.StringVar(&net.Bridge, "cni-bridge", net.Bridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Directory for pod directories and container logs.")
 	fs.StringVar(&o.PodManifestPath, "pod-manifest-path", o.PodManifestPath, "Directory of static pod manifests (YAML or JSON), watched for changes; empty for none.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus /metrics and /healthz, e.g. 127.0.0.1:10255; empty for none.")

@@ -31,6 +31,7 @@ Start a single-node control plane in ./.steadyplane with:
 		apiserver.NewCommand(),
 		newCertsCommand(),
 		newNodeCommand(),
+		newContainerShimCommand(),
 		newReadinessControllerCommand(),
 		newKubectlCommand(),
 	)

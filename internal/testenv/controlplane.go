@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
 )
@@ -26,6 +30,10 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	o.DataDir = dataDir
 	o.Binary = bin
 	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
+	// A pod range and bridge of this control plane's own: test packages
+	// run at once, and two nodes must never hand out the same address.
+	o.PodCIDR = fmt.Sprintf("10.245.%d.0/24", ports[0]%250)
+	o.CNIBridge = fmt.Sprintf("spt%d", ports[0])
 	o.RetryAfter = time.Second
 	o.StopGrace = 20 * time.Second
 	o.Out = out
@@ -81,4 +89,27 @@ func StartTempControlPlane(ctx context.Context, out io.Writer) (cp *controlplane
 		cp.Close()
 		os.RemoveAll(dir)
 	}, nil
+}
+
+// CleanNode ends what a node agent under rootDir may have left when it was
+// killed: runc containers outlive their agent by design (a new agent adopts
+// them), and pod namespaces stay pinned under rootDir. Tests call it after
+// stopping the agent so that nothing outlives the test.
+func CleanNode(rootDir string) {
+	runcRoot := filepath.Join(rootDir, "runc")
+	if out, err := exec.Command("runc", "--root", runcRoot, "list", "-q").Output(); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.Command("runc", "--root", runcRoot, "kill", id, "KILL").Run()
+			_ = exec.Command("runc", "--root", runcRoot, "delete", "--force", id).Run()
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], rootDir+"/") {
+			_ = unix.Unmount(f[4], unix.MNT_DETACH)
+		}
+	}
 }

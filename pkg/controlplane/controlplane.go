@@ -33,6 +33,8 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -65,6 +67,11 @@ type Options struct {
 	NodeIP string
 	// NodeMetricsPort serves the node agent's metrics on 127.0.0.1; 0 for none.
 	NodeMetricsPort int
+	// NodeRuntime is the node agent's --runtime: auto, runc or process.
+	NodeRuntime string
+	// PodCIDR is the node's range of pod addresses; CNIBridge the host
+	// bridge pods join.
+	PodCIDR, CNIBridge string
 	// ReadinessController starts "steadyplane readiness-controller" (the
 	// readiness-gate webhook and the load-balancer-ready gate).
 	ReadinessController bool
@@ -99,6 +106,9 @@ func NewOptions() *Options {
 		Node:                       true,
 		NodeName:                   "steadyplane",
 		NodeMetricsPort:            10255,
+		NodeRuntime:                "auto",
+		PodCIDR:                    "10.244.0.0/24",
+		CNIBridge:                  "steadyplane0",
 		ReadinessController:        true,
 		ReadinessWebhookPort:       9443,
 		ReadyTimeout:               3 * time.Minute,
@@ -262,7 +272,18 @@ func (cp *ControlPlane) prepareNode() error {
 		return err
 	}
 	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
-		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests}
+		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
+		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge}
+	_, runcErr := runc.Available()
+	name, warning, err := runtime.Choose(cp.opts.NodeRuntime, runcErr)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		cp.progressf("WARNING: %s", warning)
+	} else {
+		cp.progressf("node: pods run under %s, pod addresses from %s", name, cp.opts.PodCIDR)
+	}
 	if cp.opts.NodeMetricsPort != 0 {
 		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.NodeMetricsPort))
 	}
@@ -641,12 +662,22 @@ func (cp *ControlPlane) Stop() {
 			continue
 		default:
 		}
+		grace := cp.opts.StopGrace
+		if p == cp.Node {
+			// The node agent stops its pods with their grace periods (30s
+			// unless set): killed sooner, it would leave them running.
+			grace = max(grace, nodeStopGrace)
+		}
 		cp.progressf("stopping %s", p.Name)
-		if !p.Stop(cp.opts.StopGrace) {
-			cp.progressf("%s did not stop within %v and was killed", p.Name, cp.opts.StopGrace)
+		if !p.Stop(grace) {
+			cp.progressf("%s did not stop within %v and was killed", p.Name, grace)
 		}
 	}
 }
+
+// nodeStopGrace is how long the node agent may take to stop: the default
+// pod grace period and some.
+const nodeStopGrace = 45 * time.Second
 
 // Run is "steadyplane up": prepare, start etcd and the API server, print how
 // to reach the cluster, restart a child that dies, and stop both when ctx ends.

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,14 @@ func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 		"--etcd-peer-port", strconv.Itoa(ports[2]),
 		"--node-metrics-port", strconv.Itoa(ports[3]),
 		"--readiness-webhook-port", strconv.Itoa(ports[4]),
+		// A pod range and bridge of this run's own (other test packages run at once).
+		"--pod-cidr", fmt.Sprintf("10.246.%d.0/24", ports[0]%250),
+		"--cni-bridge", fmt.Sprintf("spe%d", ports[0]),
 	)
+	t.Cleanup(func() {
+		testenv.CleanNode(filepath.Join(dataDir, "node"))
+		_ = exec.Command("ip", "link", "del", fmt.Sprintf("spe%d", ports[0])).Run()
+	})
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

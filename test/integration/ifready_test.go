@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -69,6 +70,10 @@ func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlan
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		testenv.CleanNode(filepath.Join(dir, "node"))
+		_ = exec.Command("ip", "link", "del", o.CNIBridge).Run()
+	})
 	t.Cleanup(cp.Close)
 	t.Cleanup(cp.Stop)
 	return ctx, cp, o, dir

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,12 +15,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
 
 const (
@@ -162,10 +168,109 @@ func TestNodeAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("runc pods: own addresses, isolation, limits, volumes, adopted by a restarted agent", func(t *testing.T) {
+		if _, err := runc.Available(); err != nil {
+			testci.CannotRun(t, "runc pods: %v", err)
+		}
+		mode := int32(0o600)
+		if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web-config"}, Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-secret"}, StringData: map[string]string{"password": "s3cret"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("py-%d", i)}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &shortGrace,
+				Volumes: []corev1.Volume{
+					{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}},
+					{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "web-secret", DefaultMode: &mode}}},
+				},
+				Containers: []corev1.Container{{Name: "web", Image: "local/python", Command: []string{"/usr/bin/python3", "-m", "http.server", "8080"}, WorkingDir: "/",
+					VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "secret", MountPath: "/secret"}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}}}}
+			if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ips := map[string]string{}
+		waitFor(ctx, t, 2*time.Minute, "three python pods Ready with their own addresses", func() (bool, string) {
+			for i := 0; i < 3; i++ {
+				p, err := pods.Get(ctx, fmt.Sprintf("py-%d", i), metav1.GetOptions{})
+				if err != nil || p.Status.PodIP == "" || p.Status.PodIP == o.NodeIP || condition(p, corev1.PodReady) == nil || condition(p, corev1.PodReady).Status != corev1.ConditionTrue {
+					return false, fmt.Sprint(err, " ", p.Status.PodIP)
+				}
+				ips[p.Name] = p.Status.PodIP
+			}
+			return len(ips) == 3, fmt.Sprint(ips)
+		})
+		if ips["py-0"] == ips["py-1"] || ips["py-1"] == ips["py-2"] || ips["py-0"] == ips["py-2"] {
+			t.Fatalf("pods share addresses: %v", ips)
+		}
+		for name, ip := range ips {
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + ip + ":8080/config/greeting")
+			if err != nil {
+				t.Fatalf("%s on %s:8080: %v", name, ip, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "hello" {
+				t.Errorf("%s serves /config/greeting = %q", name, body)
+			}
+		}
+		out, err := execOutput(ctx, "runc", "--root", filepath.Join(dir, "node", "runc"), "exec", findContainer(t, ctx, cs, "py-0"), "sh", "-c",
+			"stat -L -c '%a %n' /config/greeting /secret/password; cat /secret/password; echo; ls "+dir+" 2>&1; id -u")
+		if err != nil {
+			t.Fatalf("runc exec: %v: %s", err, out)
+		}
+		for _, want := range []string{"644 /config/greeting", "600 /secret/password", "s3cret", "No such file or directory"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("inside the pod, want %q in:\n%s", want, out)
+			}
+		}
+
+		hog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hog"}, Spec: corev1.PodSpec{NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "hog", Image: "local/python", Command: []string{"/usr/bin/python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("50Mi")}}}}}}
+		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the memory hog OOMKilled", func() (bool, string) {
+			p, err := pods.Get(ctx, "hog", metav1.GetOptions{})
+			if err != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Terminated == nil {
+				return false, fmt.Sprint(err)
+			}
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			return term.Reason == "OOMKilled" && term.ExitCode == 137, fmt.Sprintf("%s %d", term.Reason, term.ExitCode)
+		})
+
+		// kill -9 of the agent: the containers go on, the new agent adopts them.
+		restartNodeAgent(t, cp, syscall.SIGKILL)
+		if err := cp.WaitNodeReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		for name, ip := range ips {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Status.PodIP != ip || p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+				t.Errorf("%s after the agent's SIGKILL: ip %s (was %s), restarts %d, state %+v", name, p.Status.PodIP, ip, p.Status.ContainerStatuses[0].RestartCount, p.Status.ContainerStatuses[0].State)
+			}
+		}
+		for i := 0; i < 3; i++ {
+			_ = pods.Delete(ctx, fmt.Sprintf("py-%d", i), metav1.DeleteOptions{})
+		}
+		_ = pods.Delete(ctx, "hog", metav1.DeleteOptions{})
+	})
+
 	t.Run("a RestartPolicy Never pod stopped with the agent does not run again", func(t *testing.T) {
-		runs := filepath.Join(t.TempDir(), "runs")
+		runsDir := t.TempDir()
+		runs := filepath.Join(runsDir, "runs")
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "once"}, Spec: corev1.PodSpec{NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "c", Image: "local", Command: []string{"sh", "-c", "echo run >> " + runs + "; exec sleep 3602"}}}}}
+			TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("runs", runsDir)},
+			Containers: []corev1.Container{{Name: "c", Image: "local", Command: []string{"sh", "-c", "echo run >> /runs/runs; exec sleep 3602"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "runs", MountPath: "/runs"}}}}}}
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -191,12 +296,14 @@ func TestNodeAgent(t *testing.T) {
 		dir := t.TempDir()
 		kill, ready := filepath.Join(dir, "kill-me"), filepath.Join(dir, "ready")
 		grace := int64(30)
+		flags := []corev1.VolumeMount{{Name: "flags", MountPath: "/flags"}}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow-kill"}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &grace,
+			Volumes: []corev1.Volume{hostDir("flags", dir)},
 			Containers: []corev1.Container{
-				{Name: "stubborn", Image: "local", Command: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"},
-					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -f " + kill}}}, PeriodSeconds: 1, FailureThreshold: 1}},
-				{Name: "other", Image: "local", Command: []string{"sleep", "3603"},
-					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", ready}}}, PeriodSeconds: 1}},
+				{Name: "stubborn", Image: "local", Command: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, VolumeMounts: flags,
+					LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -f /flags/kill-me"}}}, PeriodSeconds: 1, FailureThreshold: 1}},
+				{Name: "other", Image: "local", Command: []string{"sleep", "3603"}, VolumeMounts: flags,
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/flags/ready"}}}, PeriodSeconds: 1}},
 			}}}
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -254,9 +361,12 @@ func TestNodeAgent(t *testing.T) {
 		port := fmt.Sprint(ports[0])
 		web := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"steadyplane.io/load-balancer-port": port, "steadyplane.io/load-balancer-path": "/health.txt"}},
-			Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
-				Name: "web", Image: "local/python", WorkingDir: www, Command: []string{"python3", "-m", "http.server", port, "--bind", "127.0.0.1"},
-			}}},
+			// The host's network: the gate checks the pod's address, the node's here.
+			Spec: corev1.PodSpec{NodeName: o.NodeName, HostNetwork: true, TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("www", www)},
+				Containers: []corev1.Container{{
+					Name: "web", Image: "local/python", WorkingDir: "/www", Command: []string{"python3", "-m", "http.server", port, "--bind", "127.0.0.1"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "www", MountPath: "/www"}},
+				}}},
 		}
 		created, err := cs.CoreV1().Pods("team").Create(ctx, web, metav1.CreateOptions{})
 		if err != nil {
@@ -344,7 +454,7 @@ func TestNodeAgent(t *testing.T) {
 			}
 		}
 		manifest := func(name, seconds string) string {
-			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"" + seconds + "\"]\n"
+			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"" + seconds + "\"]\n"
 		}
 		running := func(seconds string) int { return countProcesses("sleep\x00" + seconds) }
 		defer func() {
@@ -436,7 +546,7 @@ func restartNodeAgent(t *testing.T, cp *controlplane.ControlPlane, sig syscall.S
 func gatedPod(name string, gates ...string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{NodeName: "steadyplane", Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{NodeName: "steadyplane", TerminationGracePeriodSeconds: &shortGrace, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3600"},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1},
 		}}},
@@ -445,6 +555,15 @@ func gatedPod(name string, gates ...string) *corev1.Pod {
 		p.Spec.ReadinessGates = append(p.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: corev1.PodConditionType(g)})
 	}
 	return p
+}
+
+// shortGrace keeps test pods whose main process ignores SIGTERM (sleep as
+// PID 1 of its namespace) from holding the agent's stop for 30s.
+var shortGrace = int64(2)
+
+// hostDir is a hostPath volume of a test directory.
+func hostDir(name, path string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
 }
 
 func condition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
@@ -516,4 +635,14 @@ func countProcesses(s string) int {
 func execOutput(ctx context.Context, name string, args ...string) (string, error) {
 	b, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	return string(b), err
+}
+
+// findContainer returns the runc id of pod name's first container.
+func findContainer(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s: %v", name, err)
+	}
+	return strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "runc://")
 }

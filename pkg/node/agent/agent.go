@@ -14,7 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"time"
 
@@ -38,6 +38,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -45,8 +47,13 @@ import (
 type Options struct {
 	// NodeName is the Node's name; its credentials must be system:node:<NodeName>.
 	NodeName string
-	// NodeIP is the Node's address, and every pod's (host network).
+	// NodeIP is the Node's address, and the address of host-network pods.
 	NodeIP string
+	// Runtime runs containers (runc, or host processes).
+	Runtime runtime.Runtime
+	// Network gives pods their own network namespace an address; nil
+	// leaves every pod on the host's network.
+	Network *podnet.Network
 	// RootDir holds pod directories and container logs.
 	RootDir string
 	// PodManifestPath is a directory of static pod manifests; "" for none.
@@ -100,6 +107,9 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	}
 	if o.RootDir == "" {
 		return nil, errors.New("a root directory is required")
+	}
+	if o.Runtime == nil {
+		return nil, errors.New("a container runtime is required")
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 10 * time.Second
@@ -288,7 +298,7 @@ func (a *Agent) event(pod *corev1.Pod, eventType, reason, format string, args ..
 func (a *Agent) registerNode(ctx context.Context) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: map[string]string{
-			"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": runtime.GOOS, "kubernetes.io/arch": runtime.GOARCH,
+			"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": goruntime.GOOS, "kubernetes.io/arch": goruntime.GOARCH,
 		}},
 	}
 	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -310,8 +320,7 @@ func (a *Agent) registerNode(ctx context.Context) error {
 func (a *Agent) writeNodeStatus(ctx context.Context) error {
 	now := metav1.Now()
 	hostname, _ := os.Hostname()
-	cpu := resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
-	capacity := corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
+	capacity := a.allocatable()
 	status := corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity,
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.opts.NodeIP}, {Type: corev1.NodeHostName, Address: hostname}},
@@ -319,7 +328,7 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "steadyplane node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
-		NodeInfo: corev1.NodeSystemInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: "steadyplane-process://1"},
+		NodeInfo: corev1.NodeSystemInfo{OperatingSystem: goruntime.GOOS, Architecture: goruntime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: a.opts.Runtime.Name() + "://steadyplane"},
 	}
 	a.mu.Lock()
 	node := a.node.DeepCopy()
@@ -393,6 +402,12 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
 	}
+}
+
+// allocatable is what the node offers pods: its CPUs, memory and 110 pods.
+func (a *Agent) allocatable() corev1.ResourceList {
+	cpu := resource.NewQuantity(int64(goruntime.NumCPU()), resource.DecimalSI)
+	return corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
 }
 
 func memory() resource.Quantity {

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,13 +22,15 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/probe"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 // container is the agent's state of one container of a pod.
 type container struct {
 	spec         corev1.Container
 	init         bool
-	proc         *process
+	run          runtime.Container // the current run; nil between runs
+	runSpec      *runtime.ContainerConfig
 	restarts     int32
 	backoff      time.Duration
 	notBefore    time.Time // no restart before this (crash-loop backoff)
@@ -39,7 +44,7 @@ type container struct {
 	// killing is set while a liveness failure stops the container: the
 	// worker goes on with the pod's other containers meanwhile.
 	killing bool
-	// checkedLeftover is set once a process left by a previous agent has
+	// checkedLeftover is set once a run left by a previous agent has
 	// been looked for.
 	checkedLeftover bool
 }
@@ -64,8 +69,12 @@ type worker struct {
 	static bool
 
 	containers []*container // init containers first, in order
+	setup      podSetup
 	startTime  metav1.Time
 	lastSynced string
+	// setupErr is the last error making the pod's sandbox, network or
+	// volumes, so that an event is sent once per reason.
+	setupErr string
 	// write sends the pod's status to the API: writeStatus, or what a test
 	// records.
 	write func(ctx context.Context, pod *corev1.Pod)
@@ -149,10 +158,12 @@ func (w *worker) run(ctx context.Context) {
 		w.mu.Unlock()
 		if gone {
 			w.stopAll(pod, 0)
+			w.teardownPod(context.WithoutCancel(ctx), pod)
 			return
 		}
 		if retiring {
 			w.stopAll(pod, gracePeriod(pod))
+			w.teardownPod(context.WithoutCancel(ctx), pod)
 			return
 		}
 		if ctx.Err() != nil {
@@ -163,6 +174,12 @@ func (w *worker) run(ctx context.Context) {
 				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				w.write(sctx, pod)
 				cancel()
+				if w.a.opts.Runtime.Isolated() {
+					// The pod's addresses go back; the next agent makes new ones.
+					tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					w.teardownPod(tctx, pod)
+					cancel()
+				}
 			}
 			return
 		}
@@ -192,6 +209,12 @@ func (w *worker) logPath(pod *corev1.Pod, c *container) string {
 // writes the status if it changed.
 func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
 	now := time.Now()
+	if err := w.setupPod(ctx, pod, now); err != nil {
+		w.podNotReady(pod, err)
+		w.write(ctx, pod)
+		return
+	}
+	w.setupErr = ""
 	initDone := true
 	for _, c := range w.containers {
 		if c.init {
@@ -206,7 +229,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
 			continue
 		}
 		if !initDone {
-			c.waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+			c.waiting = &corev1.ContainerStateWaiting{Reason: ReasonPodInitializing}
 			continue
 		}
 		w.step(ctx, pod, c, now)
@@ -214,74 +237,71 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
 	w.write(ctx, pod)
 }
 
-// step handles one container: notice an exit, restart with backoff, start.
+// podNotReady records why the pod's sandbox, network or volumes could not
+// be made: an event when the reason changes, and every container not yet
+// running waits with it (ContainerCreating, or CreateContainerConfigError for
+// a pod this node cannot run). Setup is tried again on the next sync.
+func (w *worker) podNotReady(pod *corev1.Pod, err error) {
+	reason := ReasonContainerCreating
+	if errors.Is(err, errConfig) {
+		reason = ReasonCreateContainerConfigError
+	}
+	if w.setupErr != err.Error() {
+		w.setupErr = err.Error()
+		eventReason := "FailedCreatePodSandBox"
+		if reason == ReasonCreateContainerConfigError {
+			eventReason = "Failed"
+		}
+		w.a.event(pod, corev1.EventTypeWarning, eventReason, "%v", err)
+	}
+	for _, c := range w.containers {
+		if c.run == nil && c.done == nil {
+			c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
+		}
+	}
+}
+
+// step handles one container: notice an end, restart with backoff, start.
 func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	if c.proc != nil {
-		if !c.proc.exited() {
+	if !c.checkedLeftover {
+		c.checkedLeftover = true
+		w.adopt(ctx, pod, c)
+	}
+	if c.run != nil {
+		select {
+		case <-c.run.Done():
+		default:
 			if !c.init && !c.killing && !w.verdict(c, probe.Liveness) {
 				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
 				c.killing = true
 				w.stopProbes(c)
-				// Stopping takes up to the grace period; the exit wakes
+				// Stopping takes up to the grace period; the end wakes
 				// the worker, which restarts the container then.
-				go func(p *process) {
-					p.stop(gracePeriod(pod))
+				go func(r runtime.Container) {
+					r.Stop(gracePeriod(pod))
 					w.poke()
-				}(c.proc)
+				}(c.run)
 			}
 			return
 		}
-		c.killing = false
-		code, finished := c.proc.result()
-		reason := "Completed"
-		if code != 0 {
-			reason = "Error"
-		}
-		term := &corev1.ContainerStateTerminated{
-			ExitCode: code, Reason: reason,
-			StartedAt: metav1.NewTime(c.proc.started), FinishedAt: metav1.NewTime(finished),
-			Message:     terminationMessage(&c.spec, c.proc.logPath, code),
-			ContainerID: containerID(c.proc),
-		}
-		ranFor := finished.Sub(c.proc.started)
-		c.proc = nil
-		w.stopProbes(c)
-		policy := string(pod.Spec.RestartPolicy)
-		if c.init && code == 0 || !ShouldRestart(policy, code) {
-			c.done, c.waiting, c.last = term, nil, nil
-			return
-		}
-		var delay time.Duration
-		delay, c.backoff = RestartDelay(c.backoff, ranFor)
-		c.last, c.done = term, nil
-		c.notBefore = now.Add(delay)
-		c.restarts++
-		if delay > 0 {
-			c.waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
-				Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s_%s(%s)", delay, c.spec.Name, pod.Name, pod.Namespace, pod.UID)}
-			w.a.event(pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.spec.Name, pod.Name)
-		}
+		w.ended(pod, c, now)
 	}
 	if c.done != nil || now.Before(c.notBefore) {
 		return
 	}
-	pidPath := filepath.Join(w.podDir(pod), c.spec.Name, "pid")
-	if !c.checkedLeftover {
-		c.checkedLeftover = true
-		if stopLeftover(pidPath, gracePeriod(pod)) {
-			// A previous agent left it running: it is replaced, once.
-			c.restarts++
-			w.a.event(pod, corev1.EventTypeNormal, "Killing", "Stopped container %s left running by a previous node agent; starting it again", c.spec.Name)
-		}
-	}
-	env, err := containerEnv(pod, &c.spec, w.a.opts.NodeIP, w.a.opts.NodeIP)
+	ip := w.setup.ips[0]
+	env, err := containerEnv(pod, &c.spec, ip, w.a.opts.NodeIP)
+	var cfg *runtime.ContainerConfig
 	if err == nil {
-		c.proc, err = startProcess(&c.spec, env, w.logPath(pod, c), pidPath, w.a.opts.StopPodsOnExit)
+		cfg, err = w.containerConfig(pod, c, env)
+	}
+	if err == nil {
+		c.run, err = w.a.opts.Runtime.Start(ctx, cfg)
 	}
 	if err != nil {
-		reason := "RunContainerError"
+		reason := ReasonRunContainerError
 		if errors.Is(err, errConfig) {
-			reason = "CreateContainerConfigError"
+			reason = ReasonCreateContainerConfigError
 		}
 		if c.waiting == nil || c.waiting.Message != err.Error() {
 			w.a.event(pod, corev1.EventTypeWarning, "Failed", "Error: %v", err)
@@ -290,15 +310,90 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 		c.notBefore = now.Add(10 * time.Second)
 		return
 	}
-	c.waiting = nil
+	c.runSpec, c.waiting = cfg, nil
 	w.a.event(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
 	if !c.init {
 		w.startProbes(ctx, pod, c, env)
 	}
 }
 
-func containerID(p *process) string {
-	return "steadyplane://" + strconv.Itoa(p.cmd.Process.Pid)
+// adopt takes over the run of c a previous agent left: still running, it
+// goes on (no restart); ended while no agent watched, its end is counted
+// once.
+func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container) {
+	cfg := &runtime.ContainerConfig{ID: fmt.Sprintf("%s_%s", pod.UID, c.spec.Name), Dir: filepath.Join(w.podDir(pod), c.spec.Name), Run: c.restarts}
+	run, ok := w.a.opts.Runtime.Adopt(cfg)
+	if !ok {
+		return
+	}
+	select {
+	case <-run.Done():
+		if run.Exit().Run < c.restarts {
+			return // an end the previous agent counted already
+		}
+	default:
+		w.a.event(pod, corev1.EventTypeNormal, "Adopted", "Container %s (%s) left running by a previous node agent goes on", c.spec.Name, run.ID())
+	}
+	c.run, c.runSpec = run, cfg
+	cfg.LogPath = w.logPath(pod, c)
+	if env, err := containerEnv(pod, &c.spec, w.setup.ips[0], w.a.opts.NodeIP); err == nil && !c.init {
+		select {
+		case <-run.Done():
+		default:
+			w.startProbes(ctx, pod, c, env)
+		}
+	}
+}
+
+// ended records the end of c's run and decides whether and when it runs again.
+func (w *worker) ended(pod *corev1.Pod, c *container, now time.Time) {
+	c.killing = false
+	exit := c.run.Exit()
+	msgPath := c.spec.TerminationMessagePath
+	if w.a.opts.Runtime.Isolated() {
+		msgPath = terminationLogPath(c.runSpec.Dir, exit.Run)
+	}
+	message := terminationMessage(&c.spec, msgPath, w.logPath(pod, c), exit.ExitCode)
+	if message == "" {
+		message = exit.Message
+	}
+	if w.a.opts.Runtime.Isolated() {
+		_ = os.Remove(msgPath)
+	}
+	term := &corev1.ContainerStateTerminated{
+		ExitCode: exit.ExitCode, Reason: terminatedReason(exit), Signal: signalNumber(exit),
+		StartedAt: metav1.NewTime(exit.StartedAt), FinishedAt: metav1.NewTime(exit.FinishedAt),
+		Message: message, ContainerID: c.run.ID(),
+	}
+	if exit.OOMKilled {
+		w.a.event(pod, corev1.EventTypeWarning, ReasonOOMKilled, "Container %s was killed for exceeding its memory limit", c.spec.Name)
+	}
+	ranFor := exit.FinishedAt.Sub(exit.StartedAt)
+	c.run = nil
+	w.stopProbes(c)
+	policy := string(pod.Spec.RestartPolicy)
+	if c.init && exit.ExitCode == 0 || !ShouldRestart(policy, exit.ExitCode) {
+		c.done, c.waiting, c.last = term, nil, nil
+		return
+	}
+	var delay time.Duration
+	delay, c.backoff = RestartDelay(c.backoff, ranFor)
+	c.last, c.done = term, nil
+	c.notBefore = now.Add(delay)
+	c.restarts++
+	if delay > 0 {
+		c.waiting = &corev1.ContainerStateWaiting{Reason: ReasonCrashLoopBackOff,
+			Message: fmt.Sprintf("back-off %v restarting failed container=%s pod=%s_%s(%s)", delay, c.spec.Name, pod.Name, pod.Namespace, pod.UID)}
+		w.a.event(pod, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.spec.Name, pod.Name)
+	}
+}
+
+// signalNumber is the number of the signal that ended a run, 0 for none.
+func signalNumber(exit runtime.Exit) int32 {
+	if exit.Signal == "" {
+		return 0
+	}
+	return int32(unix.SignalNum(exit.Signal))
 }
 
 // startProbes runs c's probes until the container exits; each result that
@@ -311,8 +406,8 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 	w.mu.Lock()
 	c.readiness, c.liveness, c.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
 	w.mu.Unlock()
-	spec := c.spec
-	run := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
+	spec, run, ip := c.spec, c.run, w.setup.ips[0]
+	start := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
 		if p == nil {
 			return
 		}
@@ -331,7 +426,7 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 					t.Reset(probe.Period(p))
 					continue
 				}
-				ok, msg := probe.Run(ctx, p, w.a.opts.NodeIP, &spec, env)
+				ok, msg := probe.Run(ctx, p, ip, &spec, func(argv []string) *exec.Cmd { return run.Command(argv, env, spec.WorkingDir) })
 				if ctx.Err() != nil {
 					return
 				}
@@ -351,9 +446,9 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 			}
 		}()
 	}
-	run(probe.Startup, spec.StartupProbe, c.startup)
-	run(probe.Readiness, spec.ReadinessProbe, c.readiness)
-	run(probe.Liveness, spec.LivenessProbe, c.liveness)
+	start(probe.Startup, spec.StartupProbe, c.startup)
+	start(probe.Readiness, spec.ReadinessProbe, c.readiness)
+	start(probe.Liveness, spec.LivenessProbe, c.liveness)
 }
 
 func (w *worker) verdict(c *container, kind probe.Kind) bool {
@@ -382,9 +477,9 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 		s.LastTerminationState.Terminated = c.last
 	}
 	switch {
-	case c.proc != nil && !c.proc.exited():
-		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.proc.started)}
-		s.ContainerID = containerID(c.proc)
+	case c.run != nil:
+		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.run.StartedAt())}
+		s.ContainerID = c.run.ID()
 		if !c.init {
 			w.mu.Lock()
 			started := c.spec.StartupProbe == nil || c.startup.Passing()
@@ -402,9 +497,9 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	case c.waiting != nil:
 		s.State.Waiting = c.waiting
 	default:
-		reason := "ContainerCreating"
+		reason := ReasonContainerCreating
 		if c.init {
-			reason = "PodInitializing"
+			reason = ReasonPodInitializing
 		}
 		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
 	}
@@ -426,8 +521,13 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	s := *old.DeepCopy()
 	s.Phase = podstatus.Phase(pod, initStatuses, statuses)
 	s.InitContainerStatuses, s.ContainerStatuses = initStatuses, statuses
-	s.HostIP, s.PodIP = w.a.opts.NodeIP, w.a.opts.NodeIP
-	s.HostIPs, s.PodIPs = []corev1.HostIP{{IP: w.a.opts.NodeIP}}, []corev1.PodIP{{IP: w.a.opts.NodeIP}}
+	s.HostIP, s.HostIPs = w.a.opts.NodeIP, []corev1.HostIP{{IP: w.a.opts.NodeIP}}
+	if len(w.setup.ips) > 0 {
+		s.PodIP, s.PodIPs = w.setup.ips[0], nil
+		for _, ip := range w.setup.ips {
+			s.PodIPs = append(s.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
 	if s.StartTime == nil {
 		st := w.startTime
 		s.StartTime = &st
@@ -488,6 +588,7 @@ func (w *worker) terminate(ctx context.Context, pod *corev1.Pod) {
 	}
 	w.stopAll(pod, grace)
 	w.write(ctx, pod)
+	w.teardownPod(ctx, pod)
 	if w.static {
 		return
 	}
@@ -521,24 +622,27 @@ func (w *worker) stopAll(pod *corev1.Pod, grace time.Duration) {
 	var wg sync.WaitGroup
 	for _, c := range w.containers {
 		w.stopProbes(c)
-		if c.proc != nil && !c.proc.exited() {
+		if c.run != nil {
 			wg.Add(1)
-			go func(p *process, name string) {
+			go func(r runtime.Container, name string) {
 				defer wg.Done()
+				select {
+				case <-r.Done():
+					return
+				default:
+				}
 				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
-				p.stop(grace)
-			}(c.proc, c.spec.Name)
+				r.Stop(grace)
+			}(c.run, c.spec.Name)
 		}
 	}
 	wg.Wait()
 	for _, c := range w.containers {
-		if c.proc != nil {
-			code, finished := c.proc.result()
-			c.done = &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", StartedAt: metav1.NewTime(c.proc.started), FinishedAt: metav1.NewTime(finished), ContainerID: containerID(c.proc)}
-			if code != 0 {
-				c.done.Reason = "Error"
-			}
-			c.proc = nil
+		if c.run != nil {
+			exit := c.run.Exit()
+			c.done = &corev1.ContainerStateTerminated{ExitCode: exit.ExitCode, Reason: terminatedReason(exit), Signal: signalNumber(exit),
+				StartedAt: metav1.NewTime(exit.StartedAt), FinishedAt: metav1.NewTime(exit.FinishedAt), ContainerID: c.run.ID()}
+			c.run = nil
 		}
 	}
 }

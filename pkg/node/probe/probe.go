@@ -28,15 +28,18 @@ const maxExecOutput = 10 << 10
 // runExec runs an exec probe's command in a process group of its own, so
 // that a timeout ends everything it started, with its output kept to
 // maxExecOutput and a bounded wait for children that hold its output open.
-func runExec(ctx context.Context, command, env []string, dir string, timeout time.Duration) (bool, string) {
-	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
-	cmd.Env, cmd.Dir = env, dir
+func runExec(ctx context.Context, command []string, commandFor CommandFunc, timeout time.Duration) (bool, string) {
+	cmd := commandFor(command)
 	out := &limitedBuffer{max: maxExecOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		stop := context.AfterFunc(ctx, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		err = cmd.Wait()
+		stop()
+	}
 	if errors.Is(err, exec.ErrWaitDelay) {
 		err = nil // it exited 0; a child it left held its output open
 	}
@@ -69,10 +72,14 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // Bytes returns what was kept.
 func (l *limitedBuffer) Bytes() []byte { return l.b }
 
+// CommandFunc returns a command that runs argv in the container (the
+// runtime's), for exec probes.
+type CommandFunc func(argv []string) *exec.Cmd
+
 // Run runs p once against a container whose pod has address host, and
-// reports success with a message for failures. env is the container's
-// environment, for exec probes.
-func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container, env []string) (bool, string) {
+// reports success with a message for failures. Exec probes run through
+// commandFor.
+func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container, commandFor CommandFunc) (bool, string) {
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = time.Second
@@ -84,7 +91,7 @@ func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container,
 		if len(p.Exec.Command) == 0 {
 			return false, "exec probe without a command"
 		}
-		return runExec(ctx, p.Exec.Command, env, c.WorkingDir, timeout)
+		return runExec(ctx, p.Exec.Command, commandFor, timeout)
 	case p.HTTPGet != nil:
 		port, err := resolvePort(p.HTTPGet.Port, c)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -87,7 +88,7 @@ func TestRun(t *testing.T) {
 		{"none", corev1.ProbeHandler{}, false, "no handler"},
 	}
 	for _, tt := range tests {
-		ok, msg := Run(context.Background(), &corev1.Probe{ProbeHandler: tt.probe, TimeoutSeconds: 1}, "127.0.0.1", c, nil)
+		ok, msg := Run(context.Background(), &corev1.Probe{ProbeHandler: tt.probe, TimeoutSeconds: 1}, "127.0.0.1", c, hostCommand)
 		if ok != tt.ok || !strings.Contains(msg, tt.wantMsg) {
 			t.Errorf("%s: Run = %v %q, want %v %q", tt.name, ok, msg, tt.ok, tt.wantMsg)
 		}
@@ -104,7 +105,7 @@ func TestExecProbeIsBounded(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		ok, msg := runExec(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + childFile + "; sleep 30"}, nil, "", 300*time.Millisecond)
+		ok, msg := runExec(ctx, []string{"sh", "-c", "sleep 30 & echo $! > " + childFile + "; sleep 30"}, hostCommand, 300*time.Millisecond)
 		if ok || !strings.Contains(msg, "timed out") || time.Since(start) > 5*time.Second {
 			t.Errorf("ok %v, %q after %v; want a timeout within seconds", ok, msg, time.Since(start))
 		}
@@ -122,7 +123,7 @@ func TestExecProbeIsBounded(t *testing.T) {
 	})
 	t.Run("a child holding the output does not hold the probe", func(t *testing.T) {
 		start := time.Now()
-		ok, msg := runExec(context.Background(), []string{"sh", "-c", "sleep 30 & exit 0"}, nil, "", 10*time.Second)
+		ok, msg := runExec(context.Background(), []string{"sh", "-c", "sleep 30 & exit 0"}, hostCommand, 10*time.Second)
 		if !ok || time.Since(start) > 4*time.Second {
 			t.Errorf("ok %v (%s) after %v; want success within about 1s", ok, msg, time.Since(start))
 		}
@@ -135,9 +136,11 @@ func TestExecProbeIsBounded(t *testing.T) {
 		if len(out.Bytes()) != maxExecOutput {
 			t.Errorf("kept %d bytes, want %d", len(out.Bytes()), maxExecOutput)
 		}
-		ok, msg := runExec(context.Background(), []string{"sh", "-c", "head -c 50000000 /dev/zero | tr '\\\\0' x; exit 1"}, nil, "", 10*time.Second)
+		ok, msg := runExec(context.Background(), []string{"sh", "-c", "head -c 50000000 /dev/zero | tr '\\\\0' x; exit 1"}, hostCommand, 10*time.Second)
 		if ok || len(msg) > 400 {
 			t.Errorf("ok %v, message of %d bytes", ok, len(msg))
 		}
 	})
 }
+
+func hostCommand(argv []string) *exec.Cmd { return exec.Command(argv[0], argv[1:]...) }

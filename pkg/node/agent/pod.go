@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/volume"
+)
+
+// podSetup is what a pod's containers share on the node: its sandbox, its
+// addresses and its volumes.
+type podSetup struct {
+	sandbox *runtime.Sandbox
+	ips     []string
+	volumes *volume.Volumes
+	// hostFiles are the pod's /etc/hosts, /etc/hostname and /etc/resolv.conf.
+	hostFiles []runtime.Mount
+	// volumesAt is when the API's volumes were last written again.
+	volumesAt time.Time
+	// warned is set once the pod was told it is not isolated.
+	warned bool
+}
+
+// volumeRefresh is how often configMap, secret and downward API volumes are
+// written again, so that updates reach running pods.
+const volumeRefresh = time.Minute
+
+// setupPod makes the pod's sandbox, network and volumes, or keeps what a
+// previous call (or a previous agent) made; it returns an error worth an
+// event, with errConfig for a pod this node cannot run.
+func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) error {
+	a := w.a
+	rt := a.opts.Runtime
+	if err := volume.Check(pod); err != nil {
+		return fmt.Errorf("%w: %v", errConfig, err)
+	}
+	if !rt.Isolated() && !w.setup.warned {
+		w.setup.warned = true
+		a.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user", rt.Name())
+	}
+	if w.setup.sandbox == nil {
+		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), pod.Name, pod.Spec.HostNetwork)
+		if err != nil {
+			return fmt.Errorf("creating the pod sandbox: %w", err)
+		}
+		w.setup.sandbox = sb
+	}
+	if w.setup.ips == nil {
+		if sb := w.setup.sandbox; sb.NetNS != "" && a.opts.Network != nil {
+			ips, err := a.opts.Network.Setup(ctx, pod, sb.ID, sb.NetNS)
+			if err != nil {
+				return fmt.Errorf("setting up the pod network: %w", err)
+			}
+			for _, ip := range ips {
+				w.setup.ips = append(w.setup.ips, ip.String())
+			}
+		} else {
+			w.setup.ips = []string{a.opts.NodeIP}
+		}
+	}
+	if rt.Isolated() && w.setup.hostFiles == nil {
+		files, err := writeHostFiles(filepath.Join(w.podDir(pod), "etc"), pod, w.setup.ips[0])
+		if err != nil {
+			return err
+		}
+		w.setup.hostFiles = files
+	}
+	if w.setup.volumes == nil {
+		w.setup.volumes = volume.New(pod, filepath.Join(w.podDir(pod), "volumes"), volume.ClientSource{Client: a.client}, a.allocatable())
+	}
+	refresh := now.Sub(w.setup.volumesAt) >= volumeRefresh
+	if err := w.setup.volumes.Setup(ctx, now, refresh); err != nil {
+		return err
+	}
+	if refresh {
+		w.setup.volumesAt = now
+	}
+	return nil
+}
+
+// teardownPod releases the pod's addresses and sandbox, and removes its
+// directory: what the kubelet does once a pod is gone.
+func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
+	a := w.a
+	if sb := w.setup.sandbox; sb != nil {
+		if sb.NetNS != "" && a.opts.Network != nil {
+			if err := a.opts.Network.Teardown(ctx, pod, sb.ID, sb.NetNS); err != nil {
+				a.event(pod, corev1.EventTypeWarning, "FailedKillPod", "Releasing the pod network: %v", err)
+			}
+		}
+		if err := a.opts.Runtime.RemoveSandbox(sb); err != nil {
+			klog.ErrorS(err, "Removing the pod sandbox", "pod", klog.KObj(pod))
+		}
+	}
+	w.setup = podSetup{}
+	if err := os.RemoveAll(w.podDir(pod)); err != nil {
+		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))
+	}
+}
+
+// writeHostFiles writes the pod's /etc/hosts, /etc/hostname and a copy of
+// the host's /etc/resolv.conf, as the kubelet does.
+func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var hosts strings.Builder
+	hosts.WriteString("# Kubernetes-managed hosts file (steadyplane).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	if !pod.Spec.HostNetwork {
+		fmt.Fprintf(&hosts, "%s\t%s\n", ip, pod.Name)
+	}
+	for _, h := range pod.Spec.HostAliases {
+		fmt.Fprintf(&hosts, "%s\t%s\n", h.IP, strings.Join(h.Hostnames, "\t"))
+	}
+	resolv, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		resolv = nil
+	}
+	files := []struct {
+		name, dest string
+		data       []byte
+	}{
+		{"hosts", "/etc/hosts", []byte(hosts.String())},
+		{"hostname", "/etc/hostname", []byte(pod.Name + "\n")},
+		{"resolv.conf", "/etc/resolv.conf", resolv},
+	}
+	var mounts []runtime.Mount
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := atomicfile.WriteFile(p, f.data, 0o644); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(f.dest); err == nil {
+			mounts = append(mounts, runtime.Mount{Source: p, Destination: f.dest, ReadOnly: true})
+		}
+	}
+	return mounts, nil
+}
+
+// containerConfig returns run number run of container c as the runtime
+// runs it, or an error (errConfig for one this node cannot run).
+func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*runtime.ContainerConfig, error) {
+	rt := w.a.opts.Runtime
+	spec := &c.spec
+	if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(w.podDir(pod), spec.Name)
+	cfg := &runtime.ContainerConfig{
+		ID: fmt.Sprintf("%s_%s", pod.UID, spec.Name), Dir: dir, Run: c.restarts, Sandbox: w.setup.sandbox,
+		Hostname: pod.Name, Argv: append(append([]string{}, spec.Command...), spec.Args...), Env: env, WorkingDir: spec.WorkingDir,
+		LogPath: w.logPath(pod, c), DieWithAgent: w.a.opts.StopPodsOnExit,
+	}
+	if !rt.Isolated() {
+		return cfg, nil
+	}
+	if err := securityConfig(pod, spec, cfg); err != nil {
+		return nil, err
+	}
+	resourceConfig(spec, cfg)
+	mounts, err := w.setup.volumes.Mounts(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errConfig, err)
+	}
+	for _, m := range mounts {
+		if err := checkMountPoint(m.Destination); err != nil {
+			return nil, err
+		}
+	}
+	cfg.Mounts = append(append([]runtime.Mount{}, w.setup.hostFiles...), mounts...)
+	if p := spec.TerminationMessagePath; p != "" {
+		// A fresh file each run: a message never outlives its run.
+		msg := terminationLogPath(dir, c.restarts)
+		if err := freshFile(msg); err != nil {
+			return nil, err
+		}
+		cfg.Mounts = append(cfg.Mounts, runtime.Mount{Source: msg, Destination: p})
+	}
+	return cfg, nil
+}
+
+func terminationLogPath(containerDir string, run int32) string {
+	return filepath.Join(containerDir, fmt.Sprintf("termination-log-%d", run))
+}

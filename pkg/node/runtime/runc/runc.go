@@ -1,0 +1,454 @@
+// Package runc is the node agent's isolating runtime: each container runs
+// under runc from an OCI bundle the agent writes, watched by a shim process
+// ("steadyplane container-shim") that outlives the agent, so that a restarted
+// agent adopts running containers instead of restarting them. A pod's
+// containers share network, IPC and UTS namespaces pinned under the pod's
+// directory; each has its own mount and PID namespace.
+package runc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
+)
+
+// Options configure the runc runtime.
+type Options struct {
+	// Binary is runc's path; "" looks it up in PATH.
+	Binary string
+	// Root is runc's state directory (--root), the agent's own.
+	Root string
+	// Shim is the command that starts a shim: the agent's own binary and
+	// the container-shim subcommand.
+	Shim []string
+	// CgroupParent is the cgroup under which containers get theirs.
+	CgroupParent string
+}
+
+// Runtime runs containers under runc.
+type Runtime struct {
+	opts   Options
+	system []HostPath
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// Available tells whether runc can be used here: root and a runc binary.
+func Available() (string, error) {
+	if os.Geteuid() != 0 {
+		return "", errors.New("the node agent does not run as root")
+	}
+	p, err := exec.LookPath("runc")
+	if err != nil {
+		return "", errors.New("runc is not installed (Debian package runc)")
+	}
+	return p, nil
+}
+
+// New returns a runc runtime.
+func New(o Options) (*Runtime, error) {
+	if o.Binary == "" {
+		p, err := Available()
+		if err != nil {
+			return nil, err
+		}
+		o.Binary = p
+	}
+	if len(o.Shim) == 0 {
+		return nil, errors.New("no shim command")
+	}
+	if o.CgroupParent == "" {
+		o.CgroupParent = "/steadyplane"
+	}
+	if err := os.MkdirAll(o.Root, 0o700); err != nil {
+		return nil, err
+	}
+	return &Runtime{opts: o, system: FindSystemDirs()}, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "runc" }
+
+// Isolated implements runtime.Runtime.
+func (r *Runtime) Isolated() bool { return true }
+
+// CreateSandbox implements runtime.Runtime: network (unless hostNetwork),
+// IPC and UTS namespaces pinned as files under dir/ns, kept when they exist.
+func (r *Runtime) CreateSandbox(id, dir, hostname string, hostNetwork bool) (*runtime.Sandbox, error) {
+	nsDir := filepath.Join(dir, "ns")
+	if err := os.MkdirAll(nsDir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &runtime.Sandbox{ID: id, Dir: dir, IPCNS: filepath.Join(nsDir, "ipc")}
+	kinds := []string{"ipc"}
+	if !hostNetwork {
+		s.NetNS, s.UTSNS = filepath.Join(nsDir, "net"), filepath.Join(nsDir, "uts")
+		kinds = append(kinds, "net", "uts")
+	}
+	missing := false
+	for _, k := range kinds {
+		if !isPinned(filepath.Join(nsDir, k)) {
+			missing = true
+		}
+	}
+	if !missing {
+		return s, nil
+	}
+	_ = unpin(nsDir) // a half-made sandbox: start it again
+	if err := os.MkdirAll(nsDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := pinNamespaces(nsDir, kinds, hostname); err != nil {
+		_ = unpin(nsDir)
+		return nil, fmt.Errorf("pod namespaces: %w", err)
+	}
+	return s, nil
+}
+
+// RemoveSandbox implements runtime.Runtime.
+func (r *Runtime) RemoveSandbox(s *runtime.Sandbox) error {
+	return unpin(filepath.Join(s.Dir, "ns"))
+}
+
+// isPinned tells whether path is a namespace file bound there.
+func isPinned(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// pinNamespaces makes new namespaces of kinds on a thread of their own and
+// binds each to nsDir/<kind>, so that they live without a process. The
+// thread is never given back to the Go scheduler: it dies with its goroutine.
+func pinNamespaces(nsDir string, kinds []string, hostname string) error {
+	flags := map[string]int{"net": unix.CLONE_NEWNET, "ipc": unix.CLONE_NEWIPC, "uts": unix.CLONE_NEWUTS}
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		var f int
+		for _, k := range kinds {
+			f |= flags[k]
+		}
+		if err := unix.Unshare(f); err != nil {
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if f&unix.CLONE_NEWUTS != 0 && hostname != "" {
+			if err := unix.Sethostname([]byte(hostname)); err != nil {
+				errc <- fmt.Errorf("sethostname: %w", err)
+				return
+			}
+		}
+		tid := unix.Gettid()
+		for _, k := range kinds {
+			p := filepath.Join(nsDir, k)
+			fd, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o600)
+			if err != nil {
+				errc <- err
+				return
+			}
+			fd.Close()
+			if err := unix.Mount(fmt.Sprintf("/proc/%d/task/%d/ns/%s", os.Getpid(), tid, k), p, "", unix.MS_BIND, ""); err != nil {
+				errc <- fmt.Errorf("pinning the %s namespace: %w", k, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// unpin releases every namespace pinned in nsDir and removes it.
+func unpin(nsDir string) error {
+	entries, err := os.ReadDir(nsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(nsDir, e.Name())
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(nsDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// files of a container's directory
+const (
+	bundleDir    = "bundle"
+	runFile      = "run.json"  // the current run: number, pids, start time
+	exitFile     = "exit.json" // how the last run ended
+	shimPidFile  = "shim.pid"
+	shimLogFile  = "shim.log"
+	runcLogFile  = "runc.log"
+	startTimeout = time.Minute
+)
+
+// runRecord is a run as the shim records it when the container started.
+type runRecord struct {
+	Run       int32     `json:"run"`
+	ID        string    `json:"id"`
+	Pid       int       `json:"pid"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+func (r *Runtime) cgroupsPath(id string) string { return r.opts.CgroupParent + "/" + id }
+
+// Start implements runtime.Runtime: writes the bundle, starts a shim that
+// creates and starts the container and waits for it, and returns once the
+// container runs (or with runc's error).
+func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runtime.Container, error) {
+	if len(cfg.Argv) == 0 {
+		return nil, errors.New("no command")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	spec := Spec(cfg, r.system, r.cgroupsPath(cfg.ID))
+	bundle := filepath.Join(cfg.Dir, bundleDir)
+	if err := prepareRootfs(filepath.Join(bundle, "rootfs"), spec, r.system); err != nil {
+		return nil, fmt.Errorf("root filesystem: %w", err)
+	}
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{runFile, exitFile, shimPidFile} {
+		_ = os.Remove(filepath.Join(cfg.Dir, f))
+	}
+	// A run a dead shim left (the agent found none to adopt): gone for good.
+	_ = r.runc("delete", "--force", cfg.ID).Run()
+
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer ready.Close()
+	shimLog, err := os.OpenFile(filepath.Join(cfg.Dir, shimLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		readyW.Close()
+		return nil, err
+	}
+	defer shimLog.Close()
+	args := append(append([]string{}, r.opts.Shim[1:]...),
+		"--runc="+r.opts.Binary, "--root="+r.opts.Root, "--id="+cfg.ID, "--dir="+cfg.Dir,
+		"--log="+cfg.LogPath, "--run="+strconv.Itoa(int(cfg.Run)), "--cgroup="+r.cgroupsPath(cfg.ID))
+	cmd := exec.Command(r.opts.Shim[0], args...)
+	cmd.Stdout, cmd.Stderr = shimLog, shimLog
+	cmd.ExtraFiles = []*os.File{readyW}
+	// Its own session: signals to the agent's group do not reach it, and it
+	// outlives the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		readyW.Close()
+		return nil, fmt.Errorf("starting the container shim: %w", err)
+	}
+	readyW.Close()
+	c := &container{r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run, done: make(chan struct{})}
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(waited)
+	}()
+	line, err := readLine(ctx, ready, startTimeout)
+	if err != nil || !strings.HasPrefix(line, "started") {
+		<-waited
+		msg := strings.TrimPrefix(line, "failed ")
+		if msg == "" && err != nil {
+			msg = err.Error()
+		}
+		if msg == "" {
+			msg = "the container shim ended before the container started; see " + filepath.Join(cfg.Dir, shimLogFile)
+		}
+		return nil, errors.New(msg)
+	}
+	rec, err := readRun(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.started = rec.StartedAt
+	go func() {
+		<-waited
+		c.finish()
+	}()
+	return c, nil
+}
+
+// readLine reads one line from f, giving up after timeout or ctx.
+func readLine(ctx context.Context, f *os.File, timeout time.Duration) (string, error) {
+	type result struct {
+		line string
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		l, err := bufio.NewReader(f).ReadString('\n')
+		ch <- result{strings.TrimSpace(l), err}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.line, res.err
+	case <-t.C:
+		return "", fmt.Errorf("the container did not start within %v", timeout)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+func readRun(dir string) (runRecord, error) {
+	var rec runRecord
+	b, err := os.ReadFile(filepath.Join(dir, runFile))
+	if err != nil {
+		return rec, err
+	}
+	return rec, json.Unmarshal(b, &rec)
+}
+
+// Adopt implements runtime.Runtime: a run whose shim still watches it, or
+// one that ended while no agent watched (its exit file tells how).
+func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) {
+	rec, err := readRun(cfg.Dir)
+	if err != nil || rec.ID != cfg.ID {
+		return nil, false
+	}
+	c := &container{r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt, done: make(chan struct{})}
+	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile))
+	if !alive {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, exitFile)); err != nil {
+			// The shim died without recording an end (killed): stop what it
+			// left, the run is over.
+			_ = r.runc("kill", cfg.ID, "KILL").Run()
+			_ = r.runc("delete", "--force", cfg.ID).Run()
+		}
+		c.finish()
+		return c, true
+	}
+	go func() {
+		waitForExit(shim)
+		c.finish()
+	}()
+	return c, true
+}
+
+// waitForExit returns when process pid (not the agent's child) has ended.
+func waitForExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		for {
+			if _, ok := process.StartTime(pid); !ok {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	defer unix.Close(fd)
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+func (r *Runtime) runc(args ...string) *exec.Cmd {
+	return exec.Command(r.opts.Binary, append([]string{"--root", r.opts.Root}, args...)...)
+}
+
+// container is one run under runc.
+type container struct {
+	r       *Runtime
+	id, dir string
+	run     int32
+	started time.Time
+	done    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	exit    runtime.Exit
+}
+
+// finish reads how the run ended, from the exit file the shim wrote.
+func (c *container) finish() {
+	c.once.Do(func() {
+		exit := runtime.Exit{Run: c.run, StartedAt: c.started, FinishedAt: time.Now(), ExitCode: 255,
+			Message: "the container's end was not recorded (its shim was killed)"}
+		if b, err := os.ReadFile(filepath.Join(c.dir, exitFile)); err == nil {
+			var e runtime.Exit
+			if json.Unmarshal(b, &e) == nil && e.Run == c.run {
+				exit = e
+			}
+		}
+		c.mu.Lock()
+		c.exit = exit
+		c.mu.Unlock()
+		close(c.done)
+	})
+}
+
+func (c *container) ID() string            { return "runc://" + c.id }
+func (c *container) StartedAt() time.Time  { return c.started }
+func (c *container) Done() <-chan struct{} { return c.done }
+
+func (c *container) Exit() runtime.Exit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exit
+}
+
+// Stop sends SIGTERM to the container's init, and SIGKILL after grace. In
+// its own PID namespace, the end of init ends every process of it.
+func (c *container) Stop(grace time.Duration) {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.r.runc("kill", c.id, "TERM").Run()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return
+	case <-t.C:
+	}
+	_ = c.r.runc("kill", c.id, "KILL").Run()
+	<-c.done
+}
+
+// Command runs argv inside the container (runc exec), as the container's
+// user, with the container's environment plus env.
+func (c *container) Command(argv, env []string, dir string) *exec.Cmd {
+	args := []string{"exec"}
+	if dir != "" {
+		args = append(args, "--cwd", dir)
+	}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	args = append(append(args, c.id), argv...)
+	return c.r.runc(args...)
+}

@@ -1,0 +1,195 @@
+package runc
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadyplane/steadyplane/internal/testci"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
+)
+
+// The test binary is its own container shim.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "container-shim" {
+		os.Exit(ShimMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func newTestRuntime(t *testing.T) (*Runtime, string) {
+	t.Helper()
+	if _, err := Available(); err != nil {
+		testci.CannotRun(t, "runc runtime: %v", err)
+	}
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Root: filepath.Join(dir, "runc"), Shim: []string{self, "container-shim"}, CgroupParent: "/steadyplane-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, dir
+}
+
+func waitDone(t *testing.T, c runtime.Container, within time.Duration) runtime.Exit {
+	t.Helper()
+	select {
+	case <-c.Done():
+		return c.Exit()
+	case <-time.After(within):
+		c.Stop(0)
+		t.Fatalf("container still running after %v", within)
+	}
+	return runtime.Exit{}
+}
+
+func logLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crilog.Lines(b)
+}
+
+func TestRuncContainer(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	ctx := context.Background()
+	sb, err := r.CreateSandbox("pod1", filepath.Join(dir, "pod1"), "pod-one", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.RemoveSandbox(sb)
+	secret := filepath.Join(dir, "secret-data")
+	if err := os.WriteFile(secret, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(dir, "vol")
+	_ = os.MkdirAll(vol, 0o755)
+	_ = os.WriteFile(filepath.Join(vol, "key"), []byte("value"), 0o644)
+
+	cfg := &runtime.ContainerConfig{
+		ID: "pod1_c", Dir: filepath.Join(dir, "pod1", "c"), Sandbox: sb, LogPath: filepath.Join(dir, "pod1", "c", "0.log"),
+		Argv: []string{"/bin/sh", "-c", `hostname; id -u; cat /vol/key; echo; test -e ` + secret + ` && echo SEES-HOST-FILE; touch /usr/x 2>/dev/null && echo USR-WRITABLE; ls -ld /tmp; touch /tmp/ok && echo tmp-ok; ls /sys/class/net; echo err >&2; exit 3`},
+		Env:  []string{"PATH=/usr/bin:/bin"}, User: &runtime.User{UID: 1234, GID: 1234},
+		Mounts: []runtime.Mount{{Source: vol, Destination: "/vol", ReadOnly: true}},
+	}
+	c, err := r.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit := waitDone(t, c, 20*time.Second)
+	lines := logLines(t, cfg.LogPath)
+	got := strings.Join(lines, "\n")
+	if exit.ExitCode != 3 {
+		t.Errorf("exit %+v, want code 3; log:\n%s", exit, got)
+	}
+	for _, want := range []string{"pod-one", "1234", "value", "tmp-ok", "lo", "err"} {
+		if !containsLine(lines, want) {
+			t.Errorf("log lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"SEES-HOST-FILE", "USR-WRITABLE", "eth0"} {
+		if containsLine(lines, bad) {
+			t.Errorf("log has %q (isolation broken):\n%s", bad, got)
+		}
+	}
+}
+
+func containsLine(lines []string, s string) bool {
+	for _, l := range lines {
+		if strings.TrimSpace(l) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRuncStopAndAdopt(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	cfg := &runtime.ContainerConfig{
+		ID: "pod2_c", Dir: filepath.Join(dir, "pod2", "c"), LogPath: filepath.Join(dir, "pod2", "c", "0.log"), Run: 4,
+		Argv: []string{"/bin/sh", "-c", "trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.1; done"},
+	}
+	c, err := r.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new agent (a new Runtime value) finds the same run, still running.
+	r2, err := New(r.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted, ok := r2.Adopt(cfg)
+	if !ok || adopted.ID() != c.ID() {
+		t.Fatalf("Adopt: %v %v", adopted, ok)
+	}
+	select {
+	case <-adopted.Done():
+		t.Fatal("the adopted run reports an end while it runs")
+	case <-time.After(300 * time.Millisecond):
+	}
+	adopted.Stop(5 * time.Second)
+	exit := adopted.Exit()
+	if exit.ExitCode != 0 || exit.Run != 4 {
+		t.Errorf("stopped with SIGTERM: %+v, want exit 0 of run 4 (the trap)", exit)
+	}
+	<-c.Done()
+	if !containsLine(logLines(t, cfg.LogPath), "bye") {
+		t.Errorf("log: %q", logLines(t, cfg.LogPath))
+	}
+	// Ended while no agent watched: the exit file tells.
+	again, ok := r2.Adopt(cfg)
+	if !ok || again.Exit().Run != 4 || again.Exit().ExitCode != 0 {
+		t.Errorf("Adopt of an ended run: %v %+v", ok, again)
+	}
+
+	stubborn := *cfg
+	stubborn.Argv = []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}
+	stubborn.Run = 5
+	c, err = r.Start(context.Background(), &stubborn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.Stop(300 * time.Millisecond)
+	if e := c.Exit(); e.ExitCode != 137 || e.Signal != "SIGKILL" || time.Since(start) > 5*time.Second {
+		t.Errorf("a container ignoring SIGTERM: %+v after %v; want SIGKILL after the grace period", e, time.Since(start))
+	}
+}
+
+func TestRuncOOMKilled(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	cfg := &runtime.ContainerConfig{
+		ID: "pod3_c", Dir: filepath.Join(dir, "pod3", "c"), LogPath: filepath.Join(dir, "pod3", "c", "0.log"),
+		Argv:        []string{"/usr/bin/python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"},
+		MemoryLimit: 50 << 20,
+	}
+	c, err := r.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exit := waitDone(t, c, 30*time.Second)
+	if !exit.OOMKilled || exit.ExitCode != 137 {
+		t.Errorf("memory hog over 50Mi: %+v, want OOMKilled with 137", exit)
+	}
+}
+
+func TestRuncStartError(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	cfg := &runtime.ContainerConfig{
+		ID: "pod4_c", Dir: filepath.Join(dir, "pod4", "c"), LogPath: filepath.Join(dir, "pod4", "c", "0.log"),
+		Argv: []string{"/no/such/binary"},
+	}
+	_, err := r.Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "/no/such/binary") {
+		t.Errorf("start of a missing binary: %v; want runc's error naming it", err)
+	}
+}

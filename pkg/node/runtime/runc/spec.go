@@ -1,0 +1,293 @@
+package runc
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+// DefaultCapabilities are a container's capabilities unless its security
+// context adds or drops some: the set containerd and CRI-O give.
+var DefaultCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// allCapabilities is what a privileged container gets.
+var allCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
+	"CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER",
+	"CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT",
+	"CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME",
+	"CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL",
+	"CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG", "CAP_WAKE_ALARM",
+	"CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
+}
+
+// SystemDirs are the host directories a container's root filesystem is made
+// of, read-only: programs, libraries and configuration, nothing else of the
+// host (no /var, /home, /root, /tmp, nor the agent's data).
+var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+
+// HostPath is a system directory as found on the host: a directory to bind
+// mount, or a symbolic link (merged /usr: /bin -> usr/bin) to recreate.
+type HostPath struct {
+	Path    string
+	Symlink string // the link's target, "" for a directory
+}
+
+// FindSystemDirs returns the SystemDirs that exist on this host.
+func FindSystemDirs() []HostPath {
+	var found []HostPath
+	for _, d := range SystemDirs {
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				found = append(found, HostPath{Path: d, Symlink: target})
+			}
+		case st.IsDir():
+			found = append(found, HostPath{Path: d})
+		}
+	}
+	return found
+}
+
+// Spec returns the OCI runtime spec of cfg: a root filesystem of read-only
+// bind mounts of the host's system directories with a private /tmp, its own
+// mount and PID namespaces, the sandbox's network, IPC and UTS namespaces,
+// cfg's mounts, user, capabilities and limits. No cgroup filesystem is
+// mounted (runc's fails on cgroup v1 hosts, and containers need none).
+func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *specs.Spec {
+	cwd := cfg.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+	user := specs.User{}
+	if cfg.User != nil {
+		user = specs.User{UID: cfg.User.UID, GID: cfg.User.GID, AdditionalGids: cfg.User.AdditionalGIDs}
+	}
+	caps := Capabilities(cfg.Privileged, cfg.CapAdd, cfg.CapDrop)
+	lc := &specs.LinuxCapabilities{Bounding: caps}
+	if user.UID == 0 {
+		// As containerd: a non-root user starts with no effective
+		// capabilities, only the bounding set.
+		lc.Effective, lc.Permitted = caps, caps
+	}
+	s := &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: "rootfs", Readonly: cfg.ReadOnlyRootFilesystem},
+		Process: &specs.Process{
+			Args: cfg.Argv, Env: cfg.Env, Cwd: cwd, User: user,
+			Capabilities:    lc,
+			NoNewPrivileges: cfg.NoNewPrivileges && !cfg.Privileged,
+		},
+		Hostname: cfg.Hostname,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOptions(cfg.Privileged)},
+		},
+		Linux: &specs.Linux{
+			CgroupsPath: cgroupsPath,
+			Resources:   &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
+			Namespaces:  []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}},
+		},
+	}
+	for _, d := range system {
+		if d.Symlink == "" {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: d.Path, Type: "bind", Source: d.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	}
+	s.Mounts = append(s.Mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	for _, m := range cfg.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	if sb := cfg.Sandbox; sb != nil {
+		for _, ns := range []struct {
+			t    specs.LinuxNamespaceType
+			path string
+		}{{specs.NetworkNamespace, sb.NetNS}, {specs.IPCNamespace, sb.IPCNS}, {specs.UTSNamespace, sb.UTSNS}} {
+			if ns.path != "" {
+				s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: ns.t, Path: ns.path})
+			}
+		}
+	}
+	// A private UTS namespace is the sandbox's and has its host name
+	// already; without one the container shares the host's, and runc
+	// refuses to set a host name there.
+	s.Hostname = ""
+	if !cfg.Privileged {
+		s.Linux.MaskedPaths = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"}
+		s.Linux.ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	}
+	if cfg.MemoryLimit > 0 {
+		limit := cfg.MemoryLimit
+		s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
+	}
+	if cfg.CPUMillis > 0 {
+		period := uint64(100000)
+		quota := cfg.CPUMillis * int64(period) / 1000
+		if quota < 1000 {
+			quota = 1000 // the kernel's minimum
+		}
+		s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	return s
+}
+
+func sysOptions(privileged bool) []string {
+	if privileged {
+		return []string{"nosuid", "noexec", "nodev"}
+	}
+	return []string{"nosuid", "noexec", "nodev", "ro"}
+}
+
+// Capabilities returns the capability set of a container: all of them when
+// privileged, else DefaultCapabilities with add added and drop dropped
+// ("ALL" drops every default; names with or without "CAP_").
+func Capabilities(privileged bool, add, drop []string) []string {
+	if privileged {
+		return append([]string(nil), allCapabilities...)
+	}
+	set := map[string]bool{}
+	for _, c := range DefaultCapabilities {
+		set[c] = true
+	}
+	for _, c := range drop {
+		if strings.EqualFold(c, "ALL") {
+			set = map[string]bool{}
+			break
+		}
+	}
+	for _, c := range drop {
+		delete(set, capName(c))
+	}
+	for _, c := range add {
+		if strings.EqualFold(c, "ALL") {
+			for _, a := range allCapabilities {
+				set[a] = true
+			}
+			continue
+		}
+		set[capName(c)] = true
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func capName(c string) string {
+	c = strings.ToUpper(c)
+	if !strings.HasPrefix(c, "CAP_") {
+		c = "CAP_" + c
+	}
+	return c
+}
+
+// prepareRootfs makes dir an empty root filesystem with a mount point for
+// every directory mount of s and the host's merged-/usr links, so that runc
+// can mount onto a read-only root.
+func prepareRootfs(dir string, s *specs.Spec, system []HostPath) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range system {
+		if d.Symlink != "" {
+			p := filepath.Join(dir, d.Path)
+			if cur, err := os.Readlink(p); err == nil && cur == d.Symlink {
+				continue
+			}
+			_ = os.RemoveAll(p)
+			if err := os.Symlink(d.Symlink, p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, m := range s.Mounts {
+		p := filepath.Join(dir, m.Destination)
+		if _, err := os.Lstat(p); err == nil {
+			if m.Type == "tmpfs" && !isUnderOtherMount(m.Destination, s.Mounts) {
+				if err := os.Chmod(p, tmpfsMode(m.Options)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if m.Type == "bind" {
+			if st, err := os.Stat(m.Source); err == nil && !st.IsDir() {
+				// A file mount point: under a mounted directory (/etc/hosts)
+				// runc makes it; at the root level it must exist.
+				if filepath.Dir(m.Destination) == "/" {
+					if f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+						f.Close()
+					}
+				}
+				continue
+			}
+		}
+		if isUnderOtherMount(m.Destination, s.Mounts) {
+			continue // runc creates it inside that mount
+		}
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if m.Type == "tmpfs" {
+			// runc gives a tmpfs its mount point's mode, not mode=.
+			if err := os.Chmod(p, tmpfsMode(m.Options)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tmpfsMode returns the mode= option of a tmpfs mount (default 01777).
+func tmpfsMode(opts []string) os.FileMode {
+	for _, o := range opts {
+		if v, ok := strings.CutPrefix(o, "mode="); ok {
+			if n, err := strconv.ParseUint(v, 8, 32); err == nil {
+				mode := os.FileMode(n & 0o777)
+				if n&0o1000 != 0 {
+					mode |= os.ModeSticky
+				}
+				return mode
+			}
+		}
+	}
+	return 0o777 | os.ModeSticky
+}
+
+// isUnderOtherMount tells whether dest lies inside another mount of mounts
+// (not the root filesystem), where its mount point is that mount's business.
+func isUnderOtherMount(dest string, mounts []specs.Mount) bool {
+	for _, m := range mounts {
+		if m.Destination != dest && strings.HasPrefix(dest, strings.TrimSuffix(m.Destination, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}

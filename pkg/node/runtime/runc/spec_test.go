@@ -1,0 +1,160 @@
+package runc
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+func TestCapabilities(t *testing.T) {
+	cases := []struct {
+		name       string
+		privileged bool
+		add, drop  []string
+		has, lacks []string
+		count      int
+	}{
+		{name: "default", has: []string{"CAP_CHOWN", "CAP_NET_BIND_SERVICE"}, lacks: []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN"}, count: len(DefaultCapabilities)},
+		{name: "add without prefix", add: []string{"net_admin"}, has: []string{"CAP_NET_ADMIN", "CAP_CHOWN"}, count: len(DefaultCapabilities) + 1},
+		{name: "drop one", drop: []string{"CAP_NET_RAW"}, lacks: []string{"CAP_NET_RAW"}, count: len(DefaultCapabilities) - 1},
+		{name: "drop all, add one", drop: []string{"ALL"}, add: []string{"NET_BIND_SERVICE"}, has: []string{"CAP_NET_BIND_SERVICE"}, count: 1},
+		{name: "drop all", drop: []string{"all"}, count: 0},
+		{name: "privileged", privileged: true, drop: []string{"ALL"}, has: []string{"CAP_SYS_ADMIN"}, count: len(allCapabilities)},
+		{name: "add ALL", add: []string{"ALL"}, count: len(allCapabilities)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Capabilities(tc.privileged, tc.add, tc.drop)
+			if len(got) != tc.count {
+				t.Errorf("%d capabilities %v, want %d", len(got), got, tc.count)
+			}
+			for _, c := range tc.has {
+				if !slices.Contains(got, c) {
+					t.Errorf("lacks %s: %v", c, got)
+				}
+			}
+			for _, c := range tc.lacks {
+				if slices.Contains(got, c) {
+					t.Errorf("has %s: %v", c, got)
+				}
+			}
+		})
+	}
+}
+
+func mountAt(s *specs.Spec, dest string) *specs.Mount {
+	for i := range s.Mounts {
+		if s.Mounts[i].Destination == dest {
+			return &s.Mounts[i]
+		}
+	}
+	return nil
+}
+
+func nsPath(s *specs.Spec, t specs.LinuxNamespaceType) (string, bool) {
+	for _, n := range s.Linux.Namespaces {
+		if n.Type == t {
+			return n.Path, true
+		}
+	}
+	return "", false
+}
+
+func TestSpec(t *testing.T) {
+	system := []HostPath{{Path: "/usr"}, {Path: "/bin", Symlink: "usr/bin"}, {Path: "/etc"}}
+	sb := &runtime.Sandbox{NetNS: "/p/ns/net", IPCNS: "/p/ns/ipc", UTSNS: "/p/ns/uts"}
+	base := runtime.ContainerConfig{Argv: []string{"sleep", "1"}, Hostname: "web-0", Sandbox: sb}
+
+	s := Spec(&base, system, "/steadyplane/x")
+	if m := mountAt(s, "/usr"); m == nil || !slices.Contains(m.Options, "ro") {
+		t.Errorf("/usr is not a read-only bind: %+v", m)
+	}
+	if mountAt(s, "/bin") != nil {
+		t.Error("a merged-/usr symlink became a mount")
+	}
+	if mountAt(s, "/tmp") == nil || mountAt(s, "/tmp").Type != "tmpfs" {
+		t.Error("no private /tmp")
+	}
+	for _, m := range s.Mounts {
+		if m.Type == "cgroup" || strings.HasPrefix(m.Destination, "/sys/fs/cgroup") {
+			t.Errorf("cgroup mount %+v (fails on cgroup v1 hosts)", m)
+		}
+	}
+	for typ, want := range map[specs.LinuxNamespaceType]string{specs.NetworkNamespace: "/p/ns/net", specs.IPCNamespace: "/p/ns/ipc", specs.UTSNamespace: "/p/ns/uts", specs.PIDNamespace: "", specs.MountNamespace: ""} {
+		if got, ok := nsPath(s, typ); !ok || got != want {
+			t.Errorf("namespace %s: %q %v, want %q", typ, got, ok, want)
+		}
+	}
+	if s.Hostname != "" {
+		t.Error("hostname set with a shared UTS namespace (runc refuses)")
+	}
+	if s.Process.User.UID != 0 || len(s.Process.Capabilities.Effective) == 0 || s.Root.Readonly || s.Linux.Resources.Memory != nil || len(s.Linux.MaskedPaths) == 0 {
+		t.Errorf("defaults: user %+v caps %v readonly %v memory %v masked %v", s.Process.User, s.Process.Capabilities, s.Root.Readonly, s.Linux.Resources.Memory, s.Linux.MaskedPaths)
+	}
+
+	hardened := base
+	hardened.Sandbox = &runtime.Sandbox{IPCNS: "/p/ns/ipc"} // hostNetwork
+	hardened.User = &runtime.User{UID: 1000, GID: 2000}
+	hardened.ReadOnlyRootFilesystem, hardened.NoNewPrivileges = true, true
+	hardened.MemoryLimit, hardened.CPUMillis = 50<<20, 250
+	hardened.Mounts = []runtime.Mount{{Source: "/data/v", Destination: "/v", ReadOnly: true}}
+	s = Spec(&hardened, system, "/steadyplane/y")
+	if _, ok := nsPath(s, specs.NetworkNamespace); ok {
+		t.Error("hostNetwork pod got a network namespace")
+	}
+	if s.Hostname != "" {
+		t.Errorf("hostname %q set in the host's UTS namespace (runc refuses)", s.Hostname)
+	}
+	if s.Process.User.UID != 1000 || s.Process.User.GID != 2000 || len(s.Process.Capabilities.Effective) != 0 || len(s.Process.Capabilities.Bounding) == 0 {
+		t.Errorf("non-root user: %+v caps %+v", s.Process.User, s.Process.Capabilities)
+	}
+	if !s.Root.Readonly || !s.Process.NoNewPrivileges {
+		t.Error("readOnlyRootFilesystem or allowPrivilegeEscalation=false lost")
+	}
+	if *s.Linux.Resources.Memory.Limit != 50<<20 || *s.Linux.Resources.CPU.Quota != 25000 || *s.Linux.Resources.CPU.Period != 100000 {
+		t.Errorf("limits: memory %v cpu %v/%v", *s.Linux.Resources.Memory.Limit, *s.Linux.Resources.CPU.Quota, *s.Linux.Resources.CPU.Period)
+	}
+	if m := mountAt(s, "/v"); m == nil || m.Source != "/data/v" || !slices.Contains(m.Options, "ro") {
+		t.Errorf("volume mount %+v", m)
+	}
+
+	priv := base
+	priv.Privileged = true
+	s = Spec(&priv, system, "")
+	if len(s.Linux.MaskedPaths) != 0 || slices.Contains(mountAt(s, "/sys").Options, "ro") || len(s.Process.Capabilities.Bounding) != len(allCapabilities) {
+		t.Error("privileged container still masked, read-only /sys or short of capabilities")
+	}
+}
+
+func TestTmpfsMode(t *testing.T) {
+	for opts, want := range map[string]os.FileMode{"mode=1777": 0o777 | os.ModeSticky, "mode=755": 0o755, "": 0o777 | os.ModeSticky, "mode=zz": 0o777 | os.ModeSticky} {
+		if got := tmpfsMode(strings.Split(opts, ",")); got != want {
+			t.Errorf("%q: %v, want %v", opts, got, want)
+		}
+	}
+}
+
+func TestOOMKills(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		content string
+		n       int
+		ok      bool
+	}{
+		"v2":      {"low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n", 1, true},
+		"v1":      {"oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", 0, true},
+		"old v1":  {"oom_kill_disable 0\nunder_oom 0\n", 0, false},
+		"garbage": {"oom_kill x\n", 0, false},
+	} {
+		p := dir + "/" + strings.ReplaceAll(name, " ", "_")
+		_ = os.WriteFile(p, []byte(c.content), 0o600)
+		if n, ok := OOMKills(p); n != c.n || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", name, n, ok, c.n, c.ok)
+		}
+	}
+}

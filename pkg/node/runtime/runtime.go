@@ -1,0 +1,141 @@
+// Package runtime is the node agent's container runtime interface: a pod is a
+// sandbox (the namespaces its containers share) and containers started in
+// it, one run at a time. Two implementations: runc (package runc), which
+// isolates each container, and process (package process), which runs host
+// processes where runc or root is missing.
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+)
+
+// Sandbox is what a pod's containers share: network, IPC and UTS
+// namespaces, each pinned at a path ("" for the host's).
+type Sandbox struct {
+	// ID names the sandbox (the pod's UID).
+	ID string
+	// Dir holds the sandbox's files (pinned namespaces, hosts file).
+	Dir string
+	// NetNS, IPCNS and UTSNS are paths of namespace files; "" shares the host's.
+	NetNS, IPCNS, UTSNS string
+}
+
+// Mount is a bind mount into a container.
+type Mount struct {
+	Source, Destination string
+	ReadOnly            bool
+}
+
+// User is the identity a container's process runs as.
+type User struct {
+	UID, GID       uint32
+	AdditionalGIDs []uint32
+}
+
+// ContainerConfig is one container as the runtime runs it.
+type ContainerConfig struct {
+	// ID names the container for the runtime; one run at a time has it.
+	ID string
+	// Dir is the container's own directory (bundle, exit and pid files).
+	Dir string
+	// Run numbers the run (0 first); an exit file names the run it ends.
+	Run int32
+	// Sandbox is the pod's; nil for none (process runtime).
+	Sandbox *Sandbox
+	// Hostname is the container's host name (the pod's name).
+	Hostname   string
+	Argv       []string
+	Env        []string
+	WorkingDir string
+	// LogPath receives stdout and stderr in the CRI log format.
+	LogPath string
+	Mounts  []Mount
+	// User is nil for the runtime's default (root).
+	User                   *User
+	ReadOnlyRootFilesystem bool
+	Privileged             bool
+	NoNewPrivileges        bool
+	// CapAdd and CapDrop change the default capability set (names with
+	// or without the CAP_ prefix; "ALL" in CapDrop drops every one).
+	CapAdd, CapDrop []string
+	// MemoryLimit in bytes and CPUMillis in thousandths of a CPU; 0 for none.
+	MemoryLimit int64
+	CPUMillis   int64
+	// DieWithAgent ends the container when the agent dies (process runtime
+	// only: runc containers outlive an agent crash and are adopted).
+	DieWithAgent bool
+}
+
+// Exit is how a container run ended.
+type Exit struct {
+	// Run is the run that ended.
+	Run      int32
+	ExitCode int32
+	// Signal is the signal that ended it, if one did.
+	Signal    string
+	OOMKilled bool
+	// Message says why it ended, when the runtime knows more than the code
+	// (a run that could not start, an exit that was not seen).
+	Message    string
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Container is one run of a container.
+type Container interface {
+	// ID is the runtime's id of the run, as ContainerStatus.ContainerID shows it.
+	ID() string
+	StartedAt() time.Time
+	// Done is closed when the run has ended; Exit is valid then.
+	Done() <-chan struct{}
+	Exit() Exit
+	// Stop sends SIGTERM, and SIGKILL after grace; it returns once the run ended.
+	Stop(grace time.Duration)
+	// Command returns a command that runs argv inside the container (exec
+	// probes, kubectl exec), with env and dir as given.
+	Command(argv, env []string, dir string) *exec.Cmd
+}
+
+// Runtime starts containers.
+type Runtime interface {
+	// Name is "runc" or "process", as Node status and events show it.
+	Name() string
+	// Isolated tells whether containers are isolated from the host (own
+	// filesystem, users, network); false for host processes.
+	Isolated() bool
+	// CreateSandbox returns pod id's sandbox in dir, creating what does not
+	// exist yet; an existing sandbox (a restarted agent) is kept.
+	CreateSandbox(id, dir, hostname string, hostNetwork bool) (*Sandbox, error)
+	// RemoveSandbox releases what CreateSandbox made.
+	RemoveSandbox(s *Sandbox) error
+	// Start starts a run of the container.
+	Start(ctx context.Context, cfg *ContainerConfig) (Container, error)
+	// Adopt returns the run of cfg's container that a previous agent left,
+	// running or ended while no agent watched, or false if there is none.
+	// A run adopted that way is not started again.
+	Adopt(cfg *ContainerConfig) (Container, bool)
+}
+
+// Choose decides what --runtime=mode means on this machine, given why runc
+// cannot be used (nil when it can): the runtime's name, and a warning when
+// auto falls back to host processes.
+func Choose(mode string, runcUnavailable error) (name, warning string, err error) {
+	switch mode {
+	case "runc":
+		if runcUnavailable != nil {
+			return "", "", fmt.Errorf("--runtime=runc: %w", runcUnavailable)
+		}
+		return "runc", "", nil
+	case "process":
+		return "process", "", nil
+	case "auto", "":
+		if runcUnavailable != nil {
+			return "process", fmt.Sprintf("pods run as host processes, NOT isolated (%v): they share the host's network and files and the agent's user; install runc and run as root for isolation", runcUnavailable), nil
+		}
+		return "runc", "", nil
+	}
+	return "", "", fmt.Errorf("--runtime=%q: want auto, runc or process", mode)
+}

@@ -1,0 +1,436 @@
+// Package volume makes a pod's volumes on the node: hostPath, emptyDir,
+// configMap, secret, downwardAPI and projected (service-account token,
+// configMap, secret, downwardAPI), written with upstream's atomic writer
+// and payload functions so that files, modes and updates are the kubelet's.
+// Any other kind of volume is refused with a message, never ignored.
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubernetes/pkg/api/v1/resource"
+	"k8s.io/kubernetes/pkg/volume/configmap"
+	"k8s.io/kubernetes/pkg/volume/downwardapi"
+	"k8s.io/kubernetes/pkg/volume/secret"
+	volumeutil "k8s.io/kubernetes/pkg/volume/util"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+// ErrUnsupported marks a pod this node cannot give its volumes
+// (CreateContainerConfigError).
+var ErrUnsupported = errors.New("unsupported volume")
+
+// Source reads what volumes are made of from the API.
+type Source interface {
+	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// Token asks for a service-account token bound to the pod.
+	Token(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
+}
+
+// Check returns an error wrapping ErrUnsupported if pod has a volume of a
+// kind this node does not make.
+func Check(pod *corev1.Pod) error {
+	for _, v := range pod.Spec.Volumes {
+		if kind := unsupported(v.VolumeSource); kind != "" {
+			return fmt.Errorf("%w: volume %q is of kind %s; the steadyplane node agent makes hostPath, emptyDir, configMap, secret, downwardAPI and projected volumes", ErrUnsupported, v.Name, kind)
+		}
+	}
+	return nil
+}
+
+func unsupported(s corev1.VolumeSource) string {
+	switch {
+	case s.HostPath != nil, s.EmptyDir != nil, s.ConfigMap != nil, s.Secret != nil, s.DownwardAPI != nil:
+		return ""
+	case s.Projected != nil:
+		return ""
+	case s.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case s.CSI != nil:
+		return "csi"
+	case s.Ephemeral != nil:
+		return "ephemeral"
+	case s.NFS != nil:
+		return "nfs"
+	case s.Image != nil:
+		return "image"
+	}
+	return "other"
+}
+
+// Volumes are one pod's volumes on the node.
+type Volumes struct {
+	pod         *corev1.Pod
+	dir         string // the pod's volumes directory
+	src         Source
+	allocatable corev1.ResourceList
+
+	mu    sync.Mutex
+	paths map[string]string    // volume name -> host path
+	renew map[string]time.Time // projected volumes with tokens: when to write them again
+}
+
+// New returns the volumes of pod, made under dir.
+func New(pod *corev1.Pod, dir string, src Source, allocatable corev1.ResourceList) *Volumes {
+	return &Volumes{pod: pod, dir: dir, src: src, allocatable: allocatable, paths: map[string]string{}, renew: map[string]time.Time{}}
+}
+
+// Setup makes every volume not made yet, and writes again the API's
+// volumes (configMap, secret, downwardAPI, projected) so that updates and
+// token renewals reach the pod; now decides which tokens are due.
+func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error {
+	if err := Check(v.pod); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, vol := range v.pod.Spec.Volumes {
+		p, made := v.paths[vol.Name]
+		if made && !refresh && !v.due(vol.Name, now) {
+			continue
+		}
+		var err error
+		switch s := vol.VolumeSource; {
+		case s.HostPath != nil:
+			p, err = hostPath(s.HostPath)
+		case s.EmptyDir != nil:
+			p = filepath.Join(v.dir, "empty-dir", vol.Name)
+			if err = os.MkdirAll(p, 0o777); err == nil {
+				err = os.Chmod(p, 0o777) // any user of the pod writes there, as with the kubelet
+			}
+		default:
+			p = filepath.Join(v.dir, "api", vol.Name)
+			err = v.writeAPIVolume(ctx, vol, p, now)
+		}
+		if err != nil {
+			return fmt.Errorf("volume %q: %w", vol.Name, err)
+		}
+		v.paths[vol.Name] = p
+	}
+	return nil
+}
+
+func (v *Volumes) due(name string, now time.Time) bool {
+	at, ok := v.renew[name]
+	return ok && !now.Before(at)
+}
+
+func hostPath(s *corev1.HostPathVolumeSource) (string, error) {
+	p := filepath.Clean(s.Path)
+	st, err := os.Stat(p)
+	t := corev1.HostPathUnset
+	if s.Type != nil {
+		t = *s.Type
+	}
+	switch t {
+	case corev1.HostPathUnset:
+		return p, nil
+	case corev1.HostPathDirectoryOrCreate:
+		if err != nil {
+			return p, os.MkdirAll(p, 0o755)
+		}
+		if !st.IsDir() {
+			return "", fmt.Errorf("hostPath %s is not a directory", p)
+		}
+	case corev1.HostPathDirectory:
+		if err != nil || !st.IsDir() {
+			return "", fmt.Errorf("hostPath type check failed: %s is not a directory", p)
+		}
+	case corev1.HostPathFileOrCreate:
+		if err != nil {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return "", err
+			}
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return "", err
+			}
+			return p, f.Close()
+		}
+		if !st.Mode().IsRegular() {
+			return "", fmt.Errorf("hostPath %s is not a file", p)
+		}
+	case corev1.HostPathFile:
+		if err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("hostPath type check failed: %s is not a file", p)
+		}
+	case corev1.HostPathSocket:
+		if err != nil || st.Mode()&os.ModeSocket == 0 {
+			return "", fmt.Errorf("hostPath type check failed: %s is not a socket", p)
+		}
+	default:
+		if err != nil {
+			return "", fmt.Errorf("hostPath type check failed: %s: %v", p, err)
+		}
+	}
+	return p, nil
+}
+
+// writeAPIVolume writes a volume made of API objects atomically into p.
+func (v *Volumes) writeAPIVolume(ctx context.Context, vol corev1.Volume, p string, now time.Time) error {
+	payload, renewAt, err := v.payload(ctx, vol, now)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return err
+	}
+	w, err := volumeutil.NewAtomicWriter(p, "volume "+vol.Name)
+	if err != nil {
+		return err
+	}
+	if err := w.Write(payload, nil); err != nil {
+		return err
+	}
+	if !renewAt.IsZero() {
+		v.renew[vol.Name] = renewAt
+	}
+	return nil
+}
+
+func mode(m *int32) *int32 {
+	if m != nil {
+		return m
+	}
+	d := corev1.ConfigMapVolumeSourceDefaultMode // 0644, the API's default for every kind
+	return &d
+}
+
+func optional(b *bool) bool { return b != nil && *b }
+
+// payload returns the files of vol, and when a token in it is due for renewal.
+func (v *Volumes) payload(ctx context.Context, vol corev1.Volume, now time.Time) (map[string]volumeutil.FileProjection, time.Time, error) {
+	ns := v.pod.Namespace
+	switch s := vol.VolumeSource; {
+	case s.ConfigMap != nil:
+		cm, err := v.configMap(ctx, ns, s.ConfigMap.Name, optional(s.ConfigMap.Optional))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		p, err := configmap.MakePayload(s.ConfigMap.Items, cm, mode(s.ConfigMap.DefaultMode), optional(s.ConfigMap.Optional))
+		return p, time.Time{}, err
+	case s.Secret != nil:
+		sec, err := v.secret(ctx, ns, s.Secret.SecretName, optional(s.Secret.Optional))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		p, err := secret.MakePayload(s.Secret.Items, sec, mode(s.Secret.DefaultMode), optional(s.Secret.Optional))
+		return p, time.Time{}, err
+	case s.DownwardAPI != nil:
+		p, err := v.downward(s.DownwardAPI.Items, mode(s.DownwardAPI.DefaultMode))
+		return p, time.Time{}, err
+	case s.Projected != nil:
+		return v.projected(ctx, s.Projected, now)
+	}
+	return nil, time.Time{}, fmt.Errorf("%w: no source", ErrUnsupported)
+}
+
+func (v *Volumes) configMap(ctx context.Context, ns, name string, opt bool) (*corev1.ConfigMap, error) {
+	cm, err := v.src.ConfigMap(ctx, ns, name)
+	if apierrors.IsNotFound(err) && opt {
+		return &corev1.ConfigMap{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configmap %q: %w", name, err)
+	}
+	return cm, nil
+}
+
+func (v *Volumes) secret(ctx context.Context, ns, name string, opt bool) (*corev1.Secret, error) {
+	s, err := v.src.Secret(ctx, ns, name)
+	if apierrors.IsNotFound(err) && opt {
+		return &corev1.Secret{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	return s, nil
+}
+
+// downward collects downward API files: object fields by upstream's
+// CollectData, resource fields against the node's allocatable resources.
+func (v *Volumes) downward(items []corev1.DownwardAPIVolumeFile, defaultMode *int32) (map[string]volumeutil.FileProjection, error) {
+	var fields []corev1.DownwardAPIVolumeFile
+	out := map[string]volumeutil.FileProjection{}
+	for _, it := range items {
+		if it.ResourceFieldRef == nil {
+			fields = append(fields, it)
+			continue
+		}
+		val, err := resource.ExtractResourceValueByContainerNameAndNodeAllocatable(it.ResourceFieldRef, v.pod, it.ResourceFieldRef.ContainerName, v.allocatable)
+		if err != nil {
+			return nil, err
+		}
+		m := *defaultMode
+		if it.Mode != nil {
+			m = *it.Mode
+		}
+		out[path.Clean(it.Path)] = volumeutil.FileProjection{Data: []byte(val), Mode: m}
+	}
+	got, err := downwardapi.CollectData(fields, v.pod, nil, defaultMode)
+	if err != nil {
+		return nil, err
+	}
+	for k, f := range got {
+		out[k] = f
+	}
+	return out, nil
+}
+
+// projected merges its sources' files, as the kubelet's projected volume;
+// a token is renewed at 80% of its lifetime.
+func (v *Volumes) projected(ctx context.Context, s *corev1.ProjectedVolumeSource, now time.Time) (map[string]volumeutil.FileProjection, time.Time, error) {
+	out := map[string]volumeutil.FileProjection{}
+	var renewAt time.Time
+	dm := mode(s.DefaultMode)
+	for _, src := range s.Sources {
+		var files map[string]volumeutil.FileProjection
+		var err error
+		switch {
+		case src.ConfigMap != nil:
+			var cm *corev1.ConfigMap
+			if cm, err = v.configMap(ctx, v.pod.Namespace, src.ConfigMap.Name, optional(src.ConfigMap.Optional)); err == nil {
+				files, err = configmap.MakePayload(src.ConfigMap.Items, cm, dm, optional(src.ConfigMap.Optional))
+			}
+		case src.Secret != nil:
+			var sec *corev1.Secret
+			if sec, err = v.secret(ctx, v.pod.Namespace, src.Secret.Name, optional(src.Secret.Optional)); err == nil {
+				files, err = secret.MakePayload(src.Secret.Items, sec, dm, optional(src.Secret.Optional))
+			}
+		case src.DownwardAPI != nil:
+			files, err = v.downward(src.DownwardAPI.Items, dm)
+		case src.ServiceAccountToken != nil:
+			var tok string
+			var at time.Time
+			tok, at, err = v.token(ctx, src.ServiceAccountToken, now)
+			if err == nil {
+				files = map[string]volumeutil.FileProjection{src.ServiceAccountToken.Path: {Data: []byte(tok), Mode: *dm}}
+				if renewAt.IsZero() || at.Before(renewAt) {
+					renewAt = at
+				}
+			}
+		default:
+			err = fmt.Errorf("%w: a projected source of a kind the node agent does not make", ErrUnsupported)
+		}
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		for k, f := range files {
+			out[k] = f
+		}
+	}
+	return out, renewAt, nil
+}
+
+// token asks for a service-account token bound to the pod, and says when
+// to renew it (80% of its lifetime, as the kubelet).
+func (v *Volumes) token(ctx context.Context, s *corev1.ServiceAccountTokenProjection, now time.Time) (string, time.Time, error) {
+	sa := v.pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	exp := int64(3600)
+	if s.ExpirationSeconds != nil {
+		exp = *s.ExpirationSeconds
+	}
+	var aud []string
+	if s.Audience != "" {
+		aud = []string{s.Audience}
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: aud, ExpirationSeconds: &exp,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: v.pod.Name, UID: v.pod.UID},
+	}}
+	got, err := v.src.Token(ctx, v.pod.Namespace, sa, req)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("service account %q token: %w", sa, err)
+	}
+	life := got.Status.ExpirationTimestamp.Sub(now)
+	if life <= 0 {
+		life = time.Duration(exp) * time.Second
+	}
+	return got.Status.Token, now.Add(life * 8 / 10), nil
+}
+
+// Mounts returns the bind mounts of container c: each volumeMount's volume
+// (or subPath inside it) at its mountPath. Volumes must be set up.
+func (v *Volumes) Mounts(c *corev1.Container) ([]runtime.Mount, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var mounts []runtime.Mount
+	for _, m := range c.VolumeMounts {
+		src, ok := v.paths[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("volume mount %q: no volume of that name is set up", m.Name)
+		}
+		if m.SubPath != "" {
+			sub := filepath.Clean(m.SubPath)
+			if filepath.IsAbs(sub) || sub == ".." || strings.HasPrefix(sub, "../") {
+				return nil, fmt.Errorf("volume mount %q: subPath %q leaves the volume", m.Name, m.SubPath)
+			}
+			src = filepath.Join(src, sub)
+			if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
+				if err := os.MkdirAll(src, 0o755); err != nil {
+					return nil, err
+				}
+			}
+			// A symbolic link in the volume must not lead out of it.
+			real, err := filepath.EvalSymlinks(src)
+			if err != nil {
+				return nil, err
+			}
+			base, _ := filepath.EvalSymlinks(v.paths[m.Name])
+			if real != base && !strings.HasPrefix(real, base+"/") {
+				return nil, fmt.Errorf("volume mount %q: subPath %q leaves the volume", m.Name, m.SubPath)
+			}
+			src = real
+		}
+		mounts = append(mounts, runtime.Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly || v.readOnlyVolume(m.Name)})
+	}
+	return mounts, nil
+}
+
+// readOnlyVolume: API-made volumes are read-only in the container, as the
+// kubelet mounts them.
+func (v *Volumes) readOnlyVolume(name string) bool {
+	for _, vol := range v.pod.Spec.Volumes {
+		if vol.Name == name {
+			s := vol.VolumeSource
+			return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil
+		}
+	}
+	return false
+}
+
+// ClientSource reads volumes' objects from the API with a client.
+type ClientSource struct{ Client kubernetes.Interface }
+
+// ConfigMap implements Source.
+func (c ClientSource) ConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	return c.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Secret implements Source.
+func (c ClientSource) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Token implements Source.
+func (c ClientSource) Token(ctx context.Context, ns, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	return c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+}

@@ -1,0 +1,111 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		src     corev1.VolumeSource
+		refused bool
+	}{
+		{corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, false},
+		{corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}, false},
+		{corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}, false},
+		{corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{}}, false},
+		{corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}, false},
+		{corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}, false},
+		{corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, true},
+		{corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}}, true},
+		{corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{}}, true},
+		{corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{}}, true},
+	}
+	for i, tc := range cases {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: tc.src}}}}
+		err := Check(pod)
+		if (err != nil) != tc.refused || err != nil && !errors.Is(err, ErrUnsupported) {
+			t.Errorf("case %d: %v, refused want %v", i, err, tc.refused)
+		}
+	}
+}
+
+func TestHostPath(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	_ = os.WriteFile(file, nil, 0o600)
+	typ := func(t corev1.HostPathType) *corev1.HostPathType { return &t }
+	cases := []struct {
+		path string
+		t    *corev1.HostPathType
+		ok   bool
+	}{
+		{dir, nil, true},
+		{filepath.Join(dir, "missing"), nil, true},
+		{dir, typ(corev1.HostPathDirectory), true},
+		{file, typ(corev1.HostPathDirectory), false},
+		{filepath.Join(dir, "made"), typ(corev1.HostPathDirectoryOrCreate), true},
+		{file, typ(corev1.HostPathFile), true},
+		{dir, typ(corev1.HostPathFile), false},
+		{filepath.Join(dir, "new", "f"), typ(corev1.HostPathFileOrCreate), true},
+		{file, typ(corev1.HostPathSocket), false},
+	}
+	for _, tc := range cases {
+		_, err := hostPath(&corev1.HostPathVolumeSource{Path: tc.path, Type: tc.t})
+		if (err == nil) != tc.ok {
+			t.Errorf("%s %v: %v, want ok=%v", tc.path, tc.t, err, tc.ok)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "made")); err != nil || !st.IsDir() {
+		t.Error("DirectoryOrCreate made nothing")
+	}
+}
+
+func TestMountsAndSubPath(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: outside}}},
+	}}}
+	v := New(pod, dir, nil, nil)
+	if err := v.Setup(context.Background(), time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(dir, "empty-dir", "scratch")
+	if st, err := os.Stat(scratch); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("emptyDir %v %v; want a directory any user of the pod can write", st, err)
+	}
+	_ = os.Symlink(outside, filepath.Join(scratch, "escape"))
+	cases := []struct {
+		m      corev1.VolumeMount
+		source string
+		ro     bool
+		ok     bool
+	}{
+		{corev1.VolumeMount{Name: "scratch", MountPath: "/s"}, scratch, false, true},
+		{corev1.VolumeMount{Name: "host", MountPath: "/h", ReadOnly: true}, outside, true, true},
+		{corev1.VolumeMount{Name: "scratch", MountPath: "/s", SubPath: "a/b"}, filepath.Join(scratch, "a", "b"), false, true},
+		{corev1.VolumeMount{Name: "scratch", MountPath: "/s", SubPath: "../x"}, "", false, false},
+		{corev1.VolumeMount{Name: "scratch", MountPath: "/s", SubPath: "/etc"}, "", false, false},
+		{corev1.VolumeMount{Name: "scratch", MountPath: "/s", SubPath: "escape"}, "", false, false},
+		{corev1.VolumeMount{Name: "nope", MountPath: "/n"}, "", false, false},
+	}
+	for _, tc := range cases {
+		ms, err := v.Mounts(&corev1.Container{VolumeMounts: []corev1.VolumeMount{tc.m}})
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: %v, want ok=%v", tc.m, err, tc.ok)
+			continue
+		}
+		if err == nil && (ms[0].Source != tc.source || ms[0].ReadOnly != tc.ro || ms[0].Destination != tc.m.MountPath) {
+			t.Errorf("%+v: %+v", tc.m, ms[0])
+		}
+	}
+}
