@@ -139,3 +139,23 @@ func Choose(mode string, runcUnavailable error) (name, warning string, err error
 	}
 	return "", "", fmt.Errorf("--runtime=%q: want auto, runc or process", mode)
 }
+
+// StopWithGrace ends a run: term, then kill once grace has passed without
+// done closing; it returns when done is closed.
+func StopWithGrace(done <-chan struct{}, grace time.Duration, term, kill func()) {
+	select {
+	case <-done:
+		return
+	default:
+	}
+	term()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	kill()
+	<-done
+}

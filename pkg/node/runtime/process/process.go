@@ -161,21 +161,13 @@ func (p *proc) Exit() runtime.Exit {
 
 // Stop sends SIGTERM to the process group, and SIGKILL after grace.
 func (p *proc) Stop(grace time.Duration) {
-	select {
-	case <-p.done:
-		return
-	default:
+	if p.cmd == nil {
+		return // a leftover, stopped when it was found
 	}
 	pgid := -p.cmd.Process.Pid
-	_ = syscall.Kill(pgid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-		<-p.done
-	}
+	runtime.StopWithGrace(p.done, grace,
+		func() { _ = syscall.Kill(pgid, syscall.SIGTERM) },
+		func() { _ = syscall.Kill(pgid, syscall.SIGKILL) })
 }
 
 // Command runs argv on the host, as the container does.

@@ -422,21 +422,9 @@ func (c *container) Exit() runtime.Exit {
 // Stop sends SIGTERM to the container's init, and SIGKILL after grace. In
 // its own PID namespace, the end of init ends every process of it.
 func (c *container) Stop(grace time.Duration) {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	_ = c.r.runc("kill", c.id, "TERM").Run()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return
-	case <-t.C:
-	}
-	_ = c.r.runc("kill", c.id, "KILL").Run()
-	<-c.done
+	runtime.StopWithGrace(c.done, grace,
+		func() { _ = c.r.runc("kill", c.id, "TERM").Run() },
+		func() { _ = c.r.runc("kill", c.id, "KILL").Run() })
 }
 
 // Command runs argv inside the container (runc exec), as the container's
