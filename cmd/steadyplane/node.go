@@ -13,7 +13,6 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
-	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
@@ -21,8 +20,7 @@ import (
 // setUpRuntime chooses the container runtime for mode and, for runc, the
 // pod network.
 func setUpRuntime(o *agent.Options, mode string, net podnet.Config) error {
-	_, runcErr := runc.Available()
-	name, warning, err := runtime.Choose(mode, runcErr)
+	name, warning, err := runc.Choose(mode)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,6 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
-	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
@@ -274,8 +273,7 @@ func (cp *ControlPlane) prepareNode() error {
 	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
 		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge}
-	_, runcErr := runc.Available()
-	name, warning, err := runtime.Choose(cp.opts.NodeRuntime, runcErr)
+	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
 	if err != nil {
 		return err
 	}

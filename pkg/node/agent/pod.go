@@ -154,12 +154,11 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*
 	if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(w.podDir(pod), spec.Name)
-	cfg := &runtime.ContainerConfig{
-		ID: fmt.Sprintf("%s_%s", pod.UID, spec.Name), Dir: dir, Run: c.restarts, Sandbox: w.setup.sandbox,
-		Hostname: pod.Name, Argv: append(append([]string{}, spec.Command...), spec.Args...), Env: env, WorkingDir: spec.WorkingDir,
-		LogPath: w.logPath(pod, c), DieWithAgent: w.a.opts.StopPodsOnExit,
-	}
+	cfg := w.containerRef(pod, c)
+	dir := cfg.Dir
+	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, pod.Name, env, spec.WorkingDir
+	cfg.Argv = append(append([]string{}, spec.Command...), spec.Args...)
+	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.a.opts.StopPodsOnExit
 	if !rt.Isolated() {
 		return cfg, nil
 	}
@@ -186,6 +185,12 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*
 		cfg.Mounts = append(cfg.Mounts, runtime.Mount{Source: msg, Destination: p})
 	}
 	return cfg, nil
+}
+
+// containerRef names container c of pod for the runtime: its id, its
+// directory and the run it is at.
+func (w *worker) containerRef(pod *corev1.Pod, c *container) *runtime.ContainerConfig {
+	return &runtime.ContainerConfig{ID: fmt.Sprintf("%s_%s", pod.UID, c.spec.Name), Dir: filepath.Join(w.podDir(pod), c.spec.Name), Run: c.restarts}
 }
 
 func terminationLogPath(containerDir string, run int32) string {

@@ -321,7 +321,7 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 // goes on (no restart); ended while no agent watched, its end is counted
 // once.
 func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container) {
-	cfg := &runtime.ContainerConfig{ID: fmt.Sprintf("%s_%s", pod.UID, c.spec.Name), Dir: filepath.Join(w.podDir(pod), c.spec.Name), Run: c.restarts}
+	cfg := w.containerRef(pod, c)
 	run, ok := w.a.opts.Runtime.Adopt(cfg)
 	if !ok {
 		return

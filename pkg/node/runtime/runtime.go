@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"sync"
 	"time"
 )
 
@@ -158,4 +159,36 @@ func StopWithGrace(done <-chan struct{}, grace time.Duration, term, kill func())
 	}
 	kill()
 	<-done
+}
+
+// Ending is the end of a run, shared by the runtimes' containers: Done is
+// closed once Finish has recorded the Exit.
+type Ending struct {
+	done chan struct{}
+	once sync.Once
+	mu   sync.Mutex
+	exit Exit
+}
+
+// NewEnding returns an ending not reached yet.
+func NewEnding() *Ending { return &Ending{done: make(chan struct{})} }
+
+// Finish records exit and closes Done; later calls do nothing.
+func (e *Ending) Finish(exit Exit) {
+	e.once.Do(func() {
+		e.mu.Lock()
+		e.exit = exit
+		e.mu.Unlock()
+		close(e.done)
+	})
+}
+
+// Done is closed when the run has ended.
+func (e *Ending) Done() <-chan struct{} { return e.done }
+
+// Exit is how the run ended, once Done is closed.
+func (e *Ending) Exit() Exit {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.exit
 }

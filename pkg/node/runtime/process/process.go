@@ -85,7 +85,7 @@ func (Runtime) Start(_ context.Context, cfg *runtime.ContainerConfig) (runtime.C
 	if st, ok := StartTime(cmd.Process.Pid); ok {
 		_ = atomicfile.WriteFile(pidPath, []byte(fmt.Sprintf("%d %d\n", cmd.Process.Pid, st)), 0o600)
 	}
-	p := &proc{cmd: cmd, run: cfg.Run, started: time.Now(), done: make(chan struct{})}
+	p := &proc{Ending: runtime.NewEnding(), cmd: cmd, started: time.Now()}
 	var copies sync.WaitGroup
 	copies.Add(2)
 	go func() { defer copies.Done(); crilog.Copy(log, "stdout", stdout) }()
@@ -108,10 +108,7 @@ func (Runtime) Start(_ context.Context, cfg *runtime.ContainerConfig) (runtime.C
 			exit.ExitCode, exit.Message = 128, err.Error()
 		}
 		os.Remove(pidPath)
-		p.mu.Lock()
-		p.exit = exit
-		p.mu.Unlock()
-		close(p.done)
+		p.Finish(exit)
 	}()
 	return p, nil
 }
@@ -125,22 +122,19 @@ func (Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) {
 	if !ok {
 		return nil, false
 	}
-	done := make(chan struct{})
-	close(done)
-	return &proc{run: cfg.Run, started: started, done: done, exit: runtime.Exit{
+	p := &proc{Ending: runtime.NewEnding(), started: started}
+	p.Finish(runtime.Exit{
 		Run: cfg.Run, ExitCode: 128 + int32(syscall.SIGTERM), Signal: "SIGTERM", StartedAt: started, FinishedAt: time.Now(),
 		Message: "stopped: a previous node agent left it running, and host processes cannot be adopted",
-	}}, true
+	})
+	return p, true
 }
 
 // proc is one run of a container as a host process.
 type proc struct {
+	*runtime.Ending
 	cmd     *exec.Cmd // nil for a stopped leftover
-	run     int32
 	started time.Time
-	done    chan struct{}
-	mu      sync.Mutex
-	exit    runtime.Exit
 }
 
 func (p *proc) ID() string {
@@ -150,14 +144,7 @@ func (p *proc) ID() string {
 	return "process://" + strconv.Itoa(p.cmd.Process.Pid)
 }
 
-func (p *proc) StartedAt() time.Time  { return p.started }
-func (p *proc) Done() <-chan struct{} { return p.done }
-
-func (p *proc) Exit() runtime.Exit {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exit
-}
+func (p *proc) StartedAt() time.Time { return p.started }
 
 // Stop sends SIGTERM to the process group, and SIGKILL after grace.
 func (p *proc) Stop(grace time.Duration) {
@@ -165,7 +152,7 @@ func (p *proc) Stop(grace time.Duration) {
 		return // a leftover, stopped when it was found
 	}
 	pgid := -p.cmd.Process.Pid
-	runtime.StopWithGrace(p.done, grace,
+	runtime.StopWithGrace(p.Done(), grace,
 		func() { _ = syscall.Kill(pgid, syscall.SIGTERM) },
 		func() { _ = syscall.Kill(pgid, syscall.SIGKILL) })
 }

@@ -18,7 +18,6 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -60,6 +59,13 @@ func Available() (string, error) {
 		return "", errors.New("runc is not installed (Debian package runc)")
 	}
 	return p, nil
+}
+
+// Choose decides what --runtime=mode means on this machine (runtime.Choose
+// with runc's availability here).
+func Choose(mode string) (name, warning string, err error) {
+	_, unavailable := Available()
+	return runtime.Choose(mode, unavailable)
 }
 
 // New returns a runc runtime.
@@ -267,7 +273,7 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		return nil, fmt.Errorf("starting the container shim: %w", err)
 	}
 	readyW.Close()
-	c := &container{r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run, done: make(chan struct{})}
+	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run}
 	waited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -336,7 +342,7 @@ func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) 
 	if err != nil || rec.ID != cfg.ID {
 		return nil, false
 	}
-	c := &container{r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt, done: make(chan struct{})}
+	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt}
 	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile))
 	if !alive {
 		if _, err := os.Stat(filepath.Join(cfg.Dir, exitFile)); err != nil {
@@ -381,48 +387,33 @@ func (r *Runtime) runc(args ...string) *exec.Cmd {
 
 // container is one run under runc.
 type container struct {
+	*runtime.Ending
 	r       *Runtime
 	id, dir string
 	run     int32
 	started time.Time
-	done    chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	exit    runtime.Exit
 }
 
 // finish reads how the run ended, from the exit file the shim wrote.
 func (c *container) finish() {
-	c.once.Do(func() {
-		exit := runtime.Exit{Run: c.run, StartedAt: c.started, FinishedAt: time.Now(), ExitCode: 255,
-			Message: "the container's end was not recorded (its shim was killed)"}
-		if b, err := os.ReadFile(filepath.Join(c.dir, exitFile)); err == nil {
-			var e runtime.Exit
-			if json.Unmarshal(b, &e) == nil && e.Run == c.run {
-				exit = e
-			}
+	exit := runtime.Exit{Run: c.run, StartedAt: c.started, FinishedAt: time.Now(), ExitCode: 255,
+		Message: "the container's end was not recorded (its shim was killed)"}
+	if b, err := os.ReadFile(filepath.Join(c.dir, exitFile)); err == nil {
+		var e runtime.Exit
+		if json.Unmarshal(b, &e) == nil && e.Run == c.run {
+			exit = e
 		}
-		c.mu.Lock()
-		c.exit = exit
-		c.mu.Unlock()
-		close(c.done)
-	})
+	}
+	c.Finish(exit)
 }
 
-func (c *container) ID() string            { return "runc://" + c.id }
-func (c *container) StartedAt() time.Time  { return c.started }
-func (c *container) Done() <-chan struct{} { return c.done }
-
-func (c *container) Exit() runtime.Exit {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.exit
-}
+func (c *container) ID() string           { return "runc://" + c.id }
+func (c *container) StartedAt() time.Time { return c.started }
 
 // Stop sends SIGTERM to the container's init, and SIGKILL after grace. In
 // its own PID namespace, the end of init ends every process of it.
 func (c *container) Stop(grace time.Duration) {
-	runtime.StopWithGrace(c.done, grace,
+	runtime.StopWithGrace(c.Done(), grace,
 		func() { _ = c.r.runc("kill", c.id, "TERM").Run() },
 		func() { _ = c.r.runc("kill", c.id, "KILL").Run() })
 }
