@@ -133,7 +133,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&net.Bridge, "cni-bridge", net.Bridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Directory for pod directories and container logs.")
 	fs.StringVar(&o.PodManifestPath, "pod-manifest-path", o.PodManifestPath, "Directory of static pod manifests (YAML or JSON), watched for changes; empty for none.")
-	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus /metrics and /healthz, e.g. 127.0.0.1:10255; empty for none.")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Loopback address of the read-only endpoint (no authentication, as the kubelet's read-only port): /metrics, /healthz, /pods and /localstatus/pods (start attempts, restarts, last exits), e.g. 127.0.0.1:10255; empty for none.")
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)

@@ -38,6 +38,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
@@ -58,7 +59,9 @@ type Options struct {
 	RootDir string
 	// PodManifestPath is a directory of static pod manifests; "" for none.
 	PodManifestPath string
-	// MetricsAddress serves Prometheus metrics and /healthz; "" for none.
+	// MetricsAddress is the read-only endpoint on a loopback address, as
+	// the kubelet's read-only port: /metrics, /healthz, /pods and
+	// /localstatus/pods, without authentication; "" for none.
 	MetricsAddress string
 	// StatusInterval is how often the Node's Ready heartbeat is written.
 	StatusInterval time.Duration
@@ -82,6 +85,8 @@ type Agent struct {
 	podsSynced func() bool // whether the API's pods of this node have been listed
 	node       *corev1.Node
 	staticWake chan struct{}
+	// local is the node's own record of its pods, served read-only.
+	local *localstatus.Store
 }
 
 var (
@@ -105,6 +110,9 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if net.ParseIP(o.NodeIP) == nil {
 		return nil, fmt.Errorf("--node-ip=%q is not an IP address", o.NodeIP)
 	}
+	if err := checkLoopback(o.MetricsAddress); err != nil {
+		return nil, err
+	}
 	if o.RootDir == "" {
 		return nil, errors.New("a root directory is required")
 	}
@@ -123,7 +131,7 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{opts: o, client: client, workers: map[string]*worker{}}, nil
+	return &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore()}, nil
 }
 
 // Run runs static pods at once, without waiting for an API server, and
@@ -394,6 +402,7 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	a.local.Register(mux)
 	srv := &http.Server{Addr: a.opts.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -402,6 +411,22 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
 	}
+}
+
+// checkLoopback refuses a read-only address that is not on a loopback
+// address: it answers without authentication.
+func checkLoopback(address string) error {
+	if address == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("--metrics-bind-address=%q: %v", address, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--metrics-bind-address=%q: the read-only endpoint answers without authentication, so it listens on a loopback address only (e.g. 127.0.0.1:10255)", address)
+	}
+	return nil
 }
 
 // allocatable is what the node offers pods: its CPUs, memory and 110 pods.

@@ -102,6 +102,7 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 		}
 	}
 	w.setup = podSetup{}
+	w.a.local.Forget(pod.UID)
 	if err := os.RemoveAll(w.podDir(pod)); err != nil {
 		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))
 	}

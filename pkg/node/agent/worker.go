@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	podutil "k8s.io/kubernetes/pkg/util/pod"
 
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/probe"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -32,6 +33,9 @@ type container struct {
 	run          runtime.Container // the current run; nil between runs
 	runSpec      *runtime.ContainerConfig
 	restarts     int32
+	// startAttempts counts every attempt to start the container, failed
+	// ones included; kept in the local record across agent restarts.
+	startAttempts int32
 	backoff      time.Duration
 	notBefore    time.Time // no restart before this (crash-loop backoff)
 	last         *corev1.ContainerStateTerminated
@@ -75,6 +79,8 @@ type worker struct {
 	// setupErr is the last error making the pod's sandbox, network or
 	// volumes, so that an event is sent once per reason.
 	setupErr string
+	// local is the status last kept in the node's own record.
+	local corev1.PodStatus
 	// write sends the pod's status to the API: writeStatus, or what a test
 	// records.
 	write func(ctx context.Context, pod *corev1.Pod)
@@ -84,20 +90,59 @@ func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 	w := &worker{a: a, key: pod.Namespace + "/" + pod.Name, wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
 	w.write = w.writeStatus
 	w.finished = make(chan struct{})
+	// An agent restart keeps counting: from the node's own record first
+	// (a static pod has no other while the API server is away), else from
+	// the status a previous agent wrote to the API.
 	previous := map[string]corev1.ContainerStatus{}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		previous[s.Name] = s // an agent restart keeps counting
+		previous[s.Name] = s
+	}
+	var attempts map[string]int32
+	rec, err := localstatus.Read(w.podDir(pod))
+	if err != nil {
+		klog.ErrorS(err, "Ignoring the pod's local record", "pod", klog.KObj(pod))
+	}
+	if rec != nil && rec.UID == pod.UID {
+		w.local = rec.Status
+		attempts = rec.StartAttempts
+		if rec.Status.StartTime != nil {
+			w.startTime = *rec.Status.StartTime
+		}
+		for _, s := range append(append([]corev1.ContainerStatus{}, rec.Status.InitContainerStatuses...), rec.Status.ContainerStatuses...) {
+			if p, ok := previous[s.Name]; !ok || s.RestartCount >= p.RestartCount {
+				previous[s.Name] = s
+			}
+		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		w.containers = append(w.containers, &container{spec: c, init: true, restarts: previous[c.Name].RestartCount,
+		w.containers = append(w.containers, &container{spec: c, init: true, restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name],
 			done: finishedForGood(pod, previous[c.Name], true)})
 	}
 	for _, c := range pod.Spec.Containers {
-		w.containers = append(w.containers, &container{spec: c, restarts: previous[c.Name].RestartCount,
+		w.containers = append(w.containers, &container{spec: c, restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name],
 			done:      finishedForGood(pod, previous[c.Name], false),
 			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
 	}
 	return w
+}
+
+// recordLocal keeps the pod's status, as the agent computes it, in the
+// node's own record; conditions keep their transition times from the
+// previous record.
+func (w *worker) recordLocal(pod *corev1.Pod) {
+	base := pod.DeepCopy()
+	base.Status = w.local
+	s := w.status(base)
+	rec := &localstatus.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Static: w.static, Annotations: pod.Annotations,
+		Status: s, StartAttempts: map[string]int32{}}
+	for _, c := range w.containers {
+		rec.StartAttempts[c.spec.Name] = c.startAttempts
+	}
+	if err := w.a.local.Put(w.podDir(pod), rec); err != nil {
+		klog.ErrorS(err, "Writing the pod's local record", "pod", klog.KObj(pod))
+		return
+	}
+	w.local = s
 }
 
 // finishedForGood returns the terminated state of a container that a
@@ -180,6 +225,10 @@ func (w *worker) run(ctx context.Context) {
 					w.teardownPod(tctx, pod)
 					cancel()
 				}
+				// The record stays: the next agent continues its counts
+				// and does not run again what finished for good.
+				w.a.local.Forget(pod.UID)
+				w.recordLocal(pod)
 			}
 			return
 		}
@@ -187,7 +236,7 @@ func (w *worker) run(ctx context.Context) {
 			w.terminate(ctx, pod)
 			return
 		}
-		w.sync(ctx, pod)
+		w.sync(ctx, pod, time.Now())
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
@@ -205,13 +254,13 @@ func (w *worker) logPath(pod *corev1.Pod, c *container) string {
 	return filepath.Join(w.podDir(pod), c.spec.Name, strconv.Itoa(int(c.restarts))+".log")
 }
 
-// sync brings the containers one step towards what the pod asks, then
-// writes the status if it changed.
-func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
-	now := time.Now()
+// sync brings the containers one step towards what the pod asks at time
+// now, then writes the status if it changed and keeps it in the local record.
+func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	if err := w.setupPod(ctx, pod, now); err != nil {
 		w.podNotReady(pod, err)
 		w.write(ctx, pod)
+		w.recordLocal(pod)
 		return
 	}
 	w.setupErr = ""
@@ -235,6 +284,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod) {
 		w.step(ctx, pod, c, now)
 	}
 	w.write(ctx, pod)
+	w.recordLocal(pod)
 }
 
 // podNotReady records why the pod's sandbox, network or volumes could not
@@ -296,6 +346,7 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 		cfg, err = w.containerConfig(pod, c, env)
 	}
 	if err == nil {
+		c.startAttempts++
 		c.run, err = w.a.opts.Runtime.Start(ctx, cfg)
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -134,7 +135,7 @@ func TestWorkerUnderProbes(t *testing.T) {
 			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -f " + kill}}}, PeriodSeconds: 1, FailureThreshold: 1},
 		}},
 	}}
-	a := &Agent{opts: Options{NodeIP: "127.0.0.1", RootDir: dir, StopPodsOnExit: true, Runtime: process.Runtime{}}}
+	a := &Agent{opts: Options{NodeIP: "127.0.0.1", RootDir: dir, StopPodsOnExit: true, Runtime: process.Runtime{}}, local: localstatus.NewStore()}
 	w := newWorker(a, pod, false)
 	var mu sync.Mutex
 	var statuses []corev1.PodStatus
