@@ -6,6 +6,7 @@ godebug default=go1.26
 
 require (
 	github.com/containernetworking/cni v1.2.3
+	github.com/creack/pty v1.1.18
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -24,6 +25,9 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/component-base v0.36.3
 	k8s.io/component-helpers v0.36.3
+	k8s.io/cri-api v0.36.3
+	k8s.io/cri-client v0.0.0
+	k8s.io/cri-streaming v0.0.0
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubectl v0.0.0
 	k8s.io/kubernetes v1.36.3

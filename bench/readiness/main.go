@@ -18,8 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,7 +64,7 @@ func run(n, load int, sample time.Duration) error {
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	pods := cs.CoreV1().Pods("default")
 
-	idleCPU, idleRSS := agentCost(cp.Node.Pid(), sample/3)
+	idleCPU, idleRSS := testenv.ProcessCost(cp.Node.Pid(), sample/3)
 	fmt.Printf("agent idle: %.2f%% of a core, %.1f MiB RSS\n", idleCPU, idleRSS)
 
 	// Gate latency.
@@ -112,7 +110,7 @@ func run(n, load int, sample time.Duration) error {
 	if err := waitAll(ctx, cs, "bench=load", load-n, corev1.PodReady); err != nil {
 		return err
 	}
-	cpu, rss := agentCost(cp.Node.Pid(), sample)
+	cpu, rss := testenv.ProcessCost(cp.Node.Pid(), sample)
 	fmt.Printf("agent with %d pods (%d with an exec probe every 10s): %.2f%% of a core (probe processes included), %.1f MiB RSS\n", load, load-n, cpu, rss)
 	return nil
 }
@@ -173,46 +171,4 @@ func isTrue(p *corev1.Pod, t corev1.PodConditionType) bool {
 		}
 	}
 	return false
-}
-
-// agentCost samples the agent's CPU (its own and its reaped children's, i.e.
-// probe processes) over d, in percent of one core, and its RSS in MiB.
-func agentCost(pid int, d time.Duration) (float64, float64) {
-	t0 := cpuTicks(pid)
-	time.Sleep(d)
-	t1 := cpuTicks(pid)
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	cpu := float64(t1-t0) / ticksPerSecond / d.Seconds() * 100
-	return cpu, rssMiB(pid)
-}
-
-func cpuTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may contain spaces): utime is
-	// the 14th field, stime, cutime, cstime follow.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var sum int64
-	for _, i := range []int{11, 12, 13, 14} {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		sum += v
-	}
-	return sum
-}
-
-func rssMiB(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }

@@ -3,8 +3,10 @@ package main
 import (
 	goflag "flag"
 	"fmt"
+	stdnet "net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -71,6 +73,7 @@ func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
 	var kubeconfig, runtimeMode string
+	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -97,6 +100,17 @@ no volumes; every pod gets a NotIsolated event.
 Static pods from --pod-manifest-path start at once, with no API server needed. The Node
 is registered once an API server answers (retried with backoff), and mirror pods follow.
 
+The node API on --node-ip:--port (10250) serves what the kubelet's does for kubectl
+through the API server: container logs (follow, tail, timestamps, previous, since), exec
+(with a terminal for -it), attach (output only) and port-forward into the pod's network
+namespace; callers authenticate by client certificate or token and are authorized by
+SubjectAccessReview, as with the kubelet.
+
+The agent keeps its own record of each pod in <root-dir>/pods/<pod>/status.json (start
+attempts, restarts, last exit code, reason and termination message), which a restarted
+agent continues from, served read-only on --metrics-bind-address (loopback only) at
+/pods and /localstatus/pods: the truth while no API server answers.
+
 Container logs: <root-dir>/pods/<namespace>_<name>_<uid>/<container>/<restart>.log.
 With --stop-pods-on-exit (the default) containers stop with the agent: SIGTERM, then
 SIGKILL after the pod's grace period, and die with it if it crashes. Without it they keep
@@ -117,6 +131,15 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err := setUpRuntime(&o, runtimeMode, net); err != nil {
 				return err
 			}
+			switch {
+			case apiPort < 0 || apiPort > 65535:
+				return fmt.Errorf("--port=%d is not a port", apiPort)
+			case apiPort == 0:
+			case o.TLSCertFile == "" || o.TLSKeyFile == "" || o.ClientCAFile == "":
+				klog.InfoS("WARNING: no --tls-cert-file, --tls-private-key-file and --client-ca-file: the node API is off, so kubectl logs, exec, attach and port-forward cannot reach this node's pods")
+			default:
+				o.APIAddress = stdnet.JoinHostPort(o.NodeIP, strconv.Itoa(apiPort))
+			}
 			a, err := agent.New(cfg, o)
 			if err != nil {
 				return err
@@ -133,6 +156,10 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&net.Bridge, "cni-bridge", net.Bridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.RootDir, "root-dir", o.RootDir, "Directory for pod directories and container logs.")
 	fs.StringVar(&o.PodManifestPath, "pod-manifest-path", o.PodManifestPath, "Directory of static pod manifests (YAML or JSON), watched for changes; empty for none.")
+	fs.IntVar(&apiPort, "port", apiPort, "Port of the node API on --node-ip (logs, exec, attach, port-forward for the API server), as the kubelet's; 0 for none.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "Serving certificate of the node API, signed by the cluster CA for --node-ip.")
+	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "Key of --tls-cert-file.")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA that signs the client certificates of the node API's callers (the API server's --kubelet-client-certificate); other callers use bearer tokens (TokenReview). Every request is authorized by SubjectAccessReview on the Node's subresources (nodes/proxy, nodes/log, nodes/metrics, ...).")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Loopback address of the read-only endpoint (no authentication, as the kubelet's read-only port): /metrics, /healthz, /pods and /localstatus/pods (start attempts, restarts, last exits), e.g. 127.0.0.1:10255; empty for none.")
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")

@@ -47,6 +47,7 @@ object created before.`,
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (127.0.0.1).")
+	fs.IntVar(&o.NodeAPIPort, "node-api-port", o.NodeAPIPort, "Port of the node agent's API on the node IP (kubectl logs, exec, port-forward go there through the API server), as the kubelet's.")
 	fs.IntVar(&o.NodeMetricsPort, "node-metrics-port", o.NodeMetricsPort, "Port on 127.0.0.1 for the node agent's Prometheus metrics; 0 for none.")
 	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")
 	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on --bind-address.")

@@ -22,7 +22,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	if err != nil {
 		return controlplane.Options{}, err
 	}
-	ports, err := FreePorts(5)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return controlplane.Options{}, err
 	}
@@ -30,6 +30,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	o.DataDir = dataDir
 	o.Binary = bin
 	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
+	o.NodeAPIPort = ports[5]
 	// A pod range and bridge of this control plane's own: test packages
 	// run at once, and two nodes must never hand out the same address.
 	o.PodCIDR = fmt.Sprintf("10.245.%d.0/24", ports[0]%250)
@@ -70,13 +71,17 @@ func StartControlPlane(ctx context.Context, o controlplane.Options) (*controlpla
 }
 
 // StartTempControlPlane starts etcd and the API server in a new temporary
-// directory, for benchmark programs; stop stops them and removes the directory.
-func StartTempControlPlane(ctx context.Context, out io.Writer) (cp *controlplane.ControlPlane, stop func(), err error) {
+// directory, for benchmark programs, with modify applied to the options;
+// stop stops them, cleans up the node and removes the directory.
+func StartTempControlPlane(ctx context.Context, out io.Writer, modify ...func(*controlplane.Options)) (cp *controlplane.ControlPlane, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "steadyplane-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
 	o, err := ControlPlaneOptions(filepath.Join(dir, "sp"), out)
+	for _, m := range modify {
+		m(&o)
+	}
 	if err == nil {
 		cp, err = StartControlPlane(ctx, o)
 	}
@@ -87,6 +92,8 @@ func StartTempControlPlane(ctx context.Context, out io.Writer) (cp *controlplane
 	return cp, func() {
 		cp.Stop()
 		cp.Close()
+		CleanNode(filepath.Join(o.DataDir, "node"))
+		_ = exec.Command("ip", "link", "del", o.CNIBridge).Run()
 		os.RemoveAll(dir)
 	}, nil
 }

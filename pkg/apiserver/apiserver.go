@@ -168,6 +168,11 @@ func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error 
 	// The aggregator is the last server of the delegation chain: its handler
 	// chain is the one that serves; the inner servers' chains are never used.
 	InstallFilters(&config.Aggregator.GenericConfig.Config, sp, clock.RealClock{})
+	if cert := opts.Extra.KubeletConfig.TLSClientConfig.CertFile; cert != "" {
+		if err := installKubeletClientAccess(&config.Aggregator.GenericConfig.Config, cert); err != nil {
+			return err
+		}
+	}
 	for _, c := range []*genericapiserver.Config{&config.Aggregator.GenericConfig.Config, config.KubeAPIs.ControlPlane.Generic, &config.ApiExtensions.GenericConfig.Config} {
 		c.EffectiveVersion = withGitVersion(c.EffectiveVersion, buildinfo.KubernetesGitVersion())
 	}

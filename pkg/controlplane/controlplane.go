@@ -66,6 +66,9 @@ type Options struct {
 	NodeIP string
 	// NodeMetricsPort serves the node agent's metrics on 127.0.0.1; 0 for none.
 	NodeMetricsPort int
+	// NodeAPIPort is the node agent's API port on the node IP (logs, exec,
+	// port-forward), the kubelet's 10250.
+	NodeAPIPort int
 	// NodeRuntime is the node agent's --runtime: auto, runc or process.
 	NodeRuntime string
 	// PodCIDR is the node's range of pod addresses; CNIBridge the host
@@ -105,6 +108,7 @@ func NewOptions() *Options {
 		Node:                       true,
 		NodeName:                   "steadyplane",
 		NodeMetricsPort:            10255,
+		NodeAPIPort:                10250,
 		NodeRuntime:                "auto",
 		PodCIDR:                    "10.244.0.0/24",
 		CNIBridge:                  "steadyplane0",
@@ -206,6 +210,9 @@ func (o *Options) validate() error {
 	if o.NodeMetricsPort < 0 || o.NodeMetricsPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-metrics-port=%d is not a port", o.NodeMetricsPort))
 	}
+	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
+	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
 	}
@@ -266,13 +273,25 @@ func (cp *ControlPlane) prepareNode() error {
 	if nodeIP == "" {
 		nodeIP = cp.advertise.String()
 	}
+	// The node API's serving certificate, for the address the API server
+	// dials (the Node's InternalIP) and the node's name.
+	serving, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: "node-" + cp.opts.NodeName + "-serving", CommonName: "system:node:" + cp.opts.NodeName,
+		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{cp.opts.NodeName}, IPs: []net.IP{netutils.ParseIPSloppy(nodeIP)},
+	})
+	if err != nil {
+		return err
+	}
 	manifests := filepath.Join(cp.dataDir, "manifests")
 	if err := os.MkdirAll(manifests, 0o700); err != nil {
 		return err
 	}
 	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
 		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
-		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge}
+		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
+		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
+		"--client-ca-file=" + cp.pki.CA.CertPath}
 	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
 	if err != nil {
 		return err
@@ -471,6 +490,13 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		"--tls-cert-file=" + p.APIServer.CertPath,
 		"--tls-private-key-file=" + p.APIServer.KeyPath,
 		"--client-ca-file=" + p.CA.CertPath,
+		// Node agents' APIs: verified against the cluster CA, reached on
+		// the address each Node publishes (not its host name, which may
+		// resolve anywhere).
+		"--kubelet-client-certificate=" + p.APIServerKubeletClient.CertPath,
+		"--kubelet-client-key=" + p.APIServerKubeletClient.KeyPath,
+		"--kubelet-certificate-authority=" + p.CA.CertPath,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-key-file=" + p.ServiceAccountPub,
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -27,6 +27,9 @@ const (
 	EtcdCAName              = "etcd-ca"
 	APIServerName           = "apiserver"
 	APIServerEtcdClientName = "apiserver-etcd-client"
+	// APIServerKubeletClientName is how the API server proves itself to
+	// node agents (logs, exec, port-forward).
+	APIServerKubeletClientName = "apiserver-kubelet-client"
 	EtcdServerName          = "etcd-server"
 	AdminName               = "admin"
 	ServiceAccountKeyName   = "sa"
@@ -55,6 +58,9 @@ type Cluster struct {
 	CA, EtcdCA *Authority
 	// APIServer serves HTTPS; APIServerEtcdClient is how it proves itself to etcd.
 	APIServer, APIServerEtcdClient *KeyPair
+	// APIServerKubeletClient is how it proves itself to node agents; its
+	// user is bound to system:kubelet-api-admin only.
+	APIServerKubeletClient *KeyPair
 	// EtcdServer serves etcd's client and peer traffic.
 	EtcdServer *KeyPair
 	// Admin is a client certificate in system:masters.
@@ -89,6 +95,11 @@ func (s *Store) EnsureCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	if c.APIServerEtcdClient, err = s.EnsureCert(c.EtcdCA, CertSpec{
 		Name: APIServerEtcdClientName, CommonName: "kube-apiserver-etcd-client", Usages: client,
+	}); err != nil {
+		return nil, err
+	}
+	if c.APIServerKubeletClient, err = s.EnsureCert(c.CA, CertSpec{
+		Name: APIServerKubeletClientName, CommonName: "kube-apiserver-kubelet-client", Usages: client,
 	}); err != nil {
 		return nil, err
 	}

@@ -55,6 +55,11 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 	if _, err := admin.Verify(x509.VerifyOptions{Roots: pool(c.CA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("admin certificate: %v", err)
 	}
+	// The kubelet client is a client of the cluster CA, not in system:masters.
+	kubeletClient := readCert(t, c.APIServerKubeletClient.CertPath)
+	if _, err := kubeletClient.Verify(x509.VerifyOptions{Roots: pool(c.CA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || len(kubeletClient.Subject.Organization) != 0 {
+		t.Errorf("kubelet client certificate: %v, organization %v; want a client of the cluster CA in no group", err, kubeletClient.Subject.Organization)
+	}
 	// The etcd client certificate must not be trusted by the cluster CA, and
 	// cluster client certificates must not open etcd.
 	etcdClient := readCert(t, c.APIServerEtcdClient.CertPath)
@@ -77,8 +82,8 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 			}
 		}
 	}
-	if keys != 7 {
-		t.Errorf("%d key files, want 7", keys)
+	if keys != 8 {
+		t.Errorf("%d key files, want 8", keys)
 	}
 	if st, _ := os.Stat(s.Dir); st.Mode().Perm() != 0o700 {
 		t.Errorf("PKI directory mode %v", st.Mode().Perm())

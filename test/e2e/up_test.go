@@ -40,6 +40,7 @@ func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 		"--etcd-peer-port", strconv.Itoa(ports[2]),
 		"--node-metrics-port", strconv.Itoa(ports[3]),
 		"--readiness-webhook-port", strconv.Itoa(ports[4]),
+		"--node-api-port", strconv.Itoa(ports[5]),
 		// A pod range and bridge of this run's own (other test packages run at once).
 		"--pod-cidr", fmt.Sprintf("10.246.%d.0/24", ports[0]%250),
 		"--cni-bridge", fmt.Sprintf("spe%d", ports[0]),
@@ -292,17 +293,16 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	ports, err = testenv.FreePorts(5)
+	ports, err = testenv.FreePorts(6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin, filepath.Join(t.TempDir(), "sp"), ports, ctx
 }
 
-// TestReadmeReadinessGateWalkthrough runs the README's readiness-gate
-// walkthrough, verbatim, against "steadyplane up".
-func TestReadmeReadinessGateWalkthrough(t *testing.T) {
-	bin, dataDir, ports, ctx := setup(t, 5*time.Minute)
+// readmeBlock returns the first sh block of the README's section heading.
+func readmeBlock(t *testing.T, heading string) string {
+	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -311,16 +311,26 @@ func TestReadmeReadinessGateWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "## Pods with readiness gates")
+	_, section, ok := strings.Cut(string(readme), "## "+heading)
 	if !ok {
-		t.Fatal("README has no readiness-gate section")
+		t.Fatalf("README has no section %q", heading)
 	}
 	_, block, ok := strings.Cut(section, "```sh\n")
 	block, _, ok2 := strings.Cut(block, "```")
 	if !ok || !ok2 {
-		t.Fatal("README's readiness-gate section has no sh block")
+		t.Fatalf("README's section %q has no sh block", heading)
 	}
-	// The walkthrough runs where "up" keeps its data in ./.steadyplane.
+	return block
+}
+
+// TestReadmeWalkthroughs runs the README's pod walkthrough (logs, exec,
+// port-forward) and its readiness-gate walkthrough, verbatim, against one
+// "steadyplane up", with kubectl as the client.
+func TestReadmeWalkthroughs(t *testing.T) {
+	bin, dataDir, ports, ctx := setup(t, 6*time.Minute)
+	pods := readmeBlock(t, "Pods on the node")
+	gates := readmeBlock(t, "Pods with readiness gates")
+	// The walkthroughs run where "up" keeps its data in ./.steadyplane.
 	work := filepath.Dir(dataDir)
 	dataDir = filepath.Join(work, ".steadyplane")
 	up := startUp(t, bin, dataDir, ports)
@@ -330,17 +340,31 @@ func TestReadmeReadinessGateWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	t.Logf("walkthrough output:\n%s", out)
-	if err != nil {
-		t.Fatalf("the README walkthrough failed: %v", err)
+	run := func(name, block string) []string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		t.Logf("%s walkthrough output:\n%s", name, out)
+		if err != nil {
+			t.Fatalf("the README's %s walkthrough failed: %v", name, err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+
+	var hostname, listing, logged bool
+	for _, l := range run("pod", pods) {
+		hostname = hostname || l == "hello"
+		listing = listing || strings.Contains(l, "<title>Directory listing for /</title>")
+		logged = logged || strings.Contains(l, `"GET / HTTP/1.1" 200`)
+	}
+	if !hostname || !listing || !logged {
+		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v; want all", hostname, listing, logged)
+	}
+
 	var gets []string
-	for _, l := range lines {
+	for _, l := range run("readiness-gate", gates) {
 		if strings.HasPrefix(l, "gated ") {
 			gets = append(gets, l)
 		}

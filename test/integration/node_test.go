@@ -264,6 +264,13 @@ func TestNodeAgent(t *testing.T) {
 		_ = pods.Delete(ctx, "hog", metav1.DeleteOptions{})
 	})
 
+	t.Run("kubectl logs, exec and port-forward through the node API; only authorized callers", func(t *testing.T) {
+		if _, err := runc.Available(); err != nil {
+			testci.CannotRun(t, "runc pods: %v", err)
+		}
+		testNodeAPI(ctx, t, cp, o, dir, cs)
+	})
+
 	t.Run("a RestartPolicy Never pod stopped with the agent does not run again", func(t *testing.T) {
 		runsDir := t.TempDir()
 		runs := filepath.Join(runsDir, "runs")
@@ -474,6 +481,24 @@ func TestNodeAgent(t *testing.T) {
 		waitFor(ctx, t, 30*time.Second, "static pods running with no API server", func() (bool, string) {
 			return running("3605") == 1 && running("3604") == 1, fmt.Sprintf("keep %d, offline %d", running("3605"), running("3604"))
 		})
+		// What a startup monitor reads while the API server is down: start
+		// attempts, and a crash loop's exit code and termination message.
+		write("crash.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crash\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sh, -c, 'echo unknown flag --no-such-flag > /dev/termination-log; exit 1']\n")
+		waitFor(ctx, t, 30*time.Second, "the crash loop in the local record", func() (bool, string) {
+			rec := localRecord(ctx, t, o, "crash-"+o.NodeName)
+			if rec == nil || len(rec.Status.ContainerStatuses) != 1 {
+				return false, "no record"
+			}
+			last := rec.Status.ContainerStatuses[0].LastTerminationState.Terminated
+			if rec.StartAttempts["c"] < 2 || last == nil {
+				return false, fmt.Sprintf("attempts %v", rec.StartAttempts)
+			}
+			return last.ExitCode == 1 && strings.Contains(last.Message, "unknown flag --no-such-flag"), fmt.Sprintf("last %+v", last)
+		})
+		if rec := localRecord(ctx, t, o, "offline-"+o.NodeName); rec == nil || rec.StartAttempts["c"] != 1 || !rec.Static {
+			t.Errorf("local record of the offline static pod = %+v, want static with 1 start attempt", rec)
+		}
+		os.Remove(filepath.Join(manifests, "crash.yaml"))
 
 		// Edited: the old pod stops before the new one starts.
 		write("keep.yaml", manifest("keep", "3606"))

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	goruntime "runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -63,6 +65,12 @@ type Options struct {
 	// the kubelet's read-only port: /metrics, /healthz, /pods and
 	// /localstatus/pods, without authentication; "" for none.
 	MetricsAddress string
+	// APIAddress is where the authenticated node API listens (the node's
+	// IP, port 10250): logs, exec, attach, port-forward for the API server;
+	// "" for none. TLSCertFile and TLSKeyFile are its serving certificate,
+	// ClientCAFile verifies client certificates.
+	APIAddress                            string
+	TLSCertFile, TLSKeyFile, ClientCAFile string
 	// StatusInterval is how often the Node's Ready heartbeat is written.
 	StatusInterval time.Duration
 	// StopPodsOnExit stops every container when the agent stops (SIGTERM,
@@ -100,6 +108,7 @@ var (
 
 func init() {
 	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(kubeletapi.Collectors()...)
 }
 
 // New returns an agent that talks to the API server with cfg.
@@ -112,6 +121,11 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	}
 	if err := checkLoopback(o.MetricsAddress); err != nil {
 		return nil, err
+	}
+	if o.APIAddress != "" {
+		if _, port, err := net.SplitHostPort(o.APIAddress); err != nil || port == "0" {
+			return nil, fmt.Errorf("node API address %q: want host:port with a fixed port, which the Node publishes", o.APIAddress)
+		}
 	}
 	if o.RootDir == "" {
 		return nil, errors.New("a root directory is required")
@@ -162,6 +176,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 	})
 	a.podLister, a.podsSynced = indexer, informer.HasSynced
+	if a.opts.APIAddress != "" {
+		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
+			ClientCAFile: a.opts.ClientCAFile, NodeName: a.opts.NodeName, Client: a.client,
+			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{})}, nodeAPIHost{a})
+		if err != nil {
+			return err
+		}
+		go api.Serve(ctx)
+	}
 	if a.opts.MetricsAddress != "" {
 		go a.serveMetrics(ctx)
 	}
@@ -336,7 +359,8 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "steadyplane node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
-		NodeInfo: corev1.NodeSystemInfo{OperatingSystem: goruntime.GOOS, Architecture: goruntime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: a.opts.Runtime.Name() + "://steadyplane"},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.apiPort()}},
+		NodeInfo:        corev1.NodeSystemInfo{OperatingSystem: goruntime.GOOS, Architecture: goruntime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: a.opts.Runtime.Name() + "://steadyplane"},
 	}
 	a.mu.Lock()
 	node := a.node.DeepCopy()
@@ -411,6 +435,16 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
 	}
+}
+
+// apiPort is the node API's port as the Node publishes it; 0 for none.
+func (a *Agent) apiPort() int32 {
+	_, port, err := net.SplitHostPort(a.opts.APIAddress)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(port)
+	return int32(n)
 }
 
 // checkLoopback refuses a read-only address that is not on a loopback

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	podutil "k8s.io/kubernetes/pkg/util/pod"
 
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/probe"
@@ -28,23 +29,23 @@ import (
 
 // container is the agent's state of one container of a pod.
 type container struct {
-	spec         corev1.Container
-	init         bool
-	run          runtime.Container // the current run; nil between runs
-	runSpec      *runtime.ContainerConfig
-	restarts     int32
+	spec     corev1.Container
+	init     bool
+	run      runtime.Container // the current run; nil between runs
+	runSpec  *runtime.ContainerConfig
+	restarts int32
 	// startAttempts counts every attempt to start the container, failed
 	// ones included; kept in the local record across agent restarts.
 	startAttempts int32
-	backoff      time.Duration
-	notBefore    time.Time // no restart before this (crash-loop backoff)
-	last         *corev1.ContainerStateTerminated
-	done         *corev1.ContainerStateTerminated // exited for good
-	waiting      *corev1.ContainerStateWaiting
-	readiness    *probe.Tracker
-	liveness     *probe.Tracker
-	startup      *probe.Tracker
-	probesCancel context.CancelFunc
+	backoff       time.Duration
+	notBefore     time.Time // no restart before this (crash-loop backoff)
+	last          *corev1.ContainerStateTerminated
+	done          *corev1.ContainerStateTerminated // exited for good
+	waiting       *corev1.ContainerStateWaiting
+	readiness     *probe.Tracker
+	liveness      *probe.Tracker
+	startup       *probe.Tracker
+	probesCancel  context.CancelFunc
 	// killing is set while a liveness failure stops the container: the
 	// worker goes on with the pod's other containers meanwhile.
 	killing bool
@@ -81,6 +82,9 @@ type worker struct {
 	setupErr string
 	// local is the status last kept in the node's own record.
 	local corev1.PodStatus
+	// view and netns are what the node API sees of the pod, under mu.
+	view  map[string]*kubeletapi.Container
+	netns string
 	// write sends the pod's status to the API: writeStatus, or what a test
 	// records.
 	write func(ctx context.Context, pod *corev1.Pod)
@@ -138,11 +142,39 @@ func (w *worker) recordLocal(pod *corev1.Pod) {
 	for _, c := range w.containers {
 		rec.StartAttempts[c.spec.Name] = c.startAttempts
 	}
+	w.publish(pod, s)
 	if err := w.a.local.Put(w.podDir(pod), rec); err != nil {
 		klog.ErrorS(err, "Writing the pod's local record", "pod", klog.KObj(pod))
 		return
 	}
 	w.local = s
+}
+
+// publish makes the pod's containers, as of status s, reachable from the
+// node API's goroutines, which may not touch the worker's own fields.
+func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
+	statuses := map[string]corev1.ContainerStatus{}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...) {
+		statuses[cs.Name] = cs
+	}
+	view := map[string]*kubeletapi.Container{}
+	dir := w.podDir(pod)
+	for _, c := range w.containers {
+		name := c.spec.Name
+		v := &kubeletapi.Container{Status: statuses[name], Run: c.run, Dir: c.spec.WorkingDir,
+			LogPath: func(run int32) string { return runLogPath(dir, name, run) }}
+		if c.runSpec != nil {
+			v.Env = c.runSpec.Env
+		}
+		view[name] = v
+	}
+	netns := ""
+	if sb := w.setup.sandbox; sb != nil {
+		netns = sb.NetNS
+	}
+	w.mu.Lock()
+	w.view, w.netns = view, netns
+	w.mu.Unlock()
 }
 
 // finishedForGood returns the terminated state of a container that a
@@ -249,9 +281,14 @@ func (w *worker) podDir(pod *corev1.Pod) string {
 	return filepath.Join(w.a.opts.RootDir, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 }
 
-// LogPath is where run number restart of container c of pod logs to.
+// logPath is where the current run of container c of pod logs to.
 func (w *worker) logPath(pod *corev1.Pod, c *container) string {
-	return filepath.Join(w.podDir(pod), c.spec.Name, strconv.Itoa(int(c.restarts))+".log")
+	return runLogPath(w.podDir(pod), c.spec.Name, c.restarts)
+}
+
+// runLogPath is where run number run of container name logs to.
+func runLogPath(podDir, name string, run int32) string {
+	return filepath.Join(podDir, name, strconv.Itoa(int(run))+".log")
 }
 
 // sync brings the containers one step towards what the pod asks at time
@@ -386,8 +423,9 @@ func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container) {
 		w.a.event(pod, corev1.EventTypeNormal, "Adopted", "Container %s (%s) left running by a previous node agent goes on", c.spec.Name, run.ID())
 	}
 	c.run, c.runSpec = run, cfg
-	cfg.LogPath = w.logPath(pod, c)
+	cfg.LogPath, cfg.WorkingDir = w.logPath(pod, c), c.spec.WorkingDir
 	if env, err := containerEnv(pod, &c.spec, w.setup.ips[0], w.a.opts.NodeIP); err == nil && !c.init {
+		cfg.Env = env
 		select {
 		case <-run.Done():
 		default:
@@ -477,7 +515,7 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 					t.Reset(probe.Period(p))
 					continue
 				}
-				ok, msg := probe.Run(ctx, p, ip, &spec, func(argv []string) *exec.Cmd { return run.Command(argv, env, spec.WorkingDir) })
+				ok, msg := probe.Run(ctx, p, ip, &spec, func(argv []string) *exec.Cmd { return run.Command(argv, env, spec.WorkingDir, false) })
 				if ctx.Err() != nil {
 					return
 				}

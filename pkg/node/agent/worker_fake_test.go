@@ -36,7 +36,9 @@ func (r *fakeRun) StartedAt() time.Time { return r.started }
 func (r *fakeRun) Stop(time.Duration) {
 	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
 }
-func (r *fakeRun) Command(argv, env []string, dir string) *exec.Cmd { return exec.Command("true") }
+func (r *fakeRun) Command(argv, env []string, dir string, tty bool) *exec.Cmd {
+	return exec.Command("true")
+}
 
 func (f *fakeRuntime) Name() string   { return "fake" }
 func (f *fakeRuntime) Isolated() bool { return false }

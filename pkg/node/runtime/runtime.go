@@ -96,8 +96,10 @@ type Container interface {
 	// Stop sends SIGTERM, and SIGKILL after grace; it returns once the run ended.
 	Stop(grace time.Duration)
 	// Command returns a command that runs argv inside the container (exec
-	// probes, kubectl exec), with env and dir as given.
-	Command(argv, env []string, dir string) *exec.Cmd
+	// probes, kubectl exec), with env and dir as given. With tty the
+	// command's stdin must be a terminal, which it relays to a terminal in
+	// the container (resize it to resize both).
+	Command(argv, env []string, dir string, tty bool) *exec.Cmd
 }
 
 // Runtime starts containers.

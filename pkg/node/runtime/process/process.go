@@ -157,8 +157,9 @@ func (p *proc) Stop(grace time.Duration) {
 		func() { _ = syscall.Kill(pgid, syscall.SIGKILL) })
 }
 
-// Command runs argv on the host, as the container does.
-func (p *proc) Command(argv, env []string, dir string) *exec.Cmd {
+// Command runs argv on the host, as the container does; a terminal given
+// as stdin is the command's own.
+func (p *proc) Command(argv, env []string, dir string, _ bool) *exec.Cmd {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, dir
 	return cmd

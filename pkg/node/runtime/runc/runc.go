@@ -420,8 +420,13 @@ func (c *container) Stop(grace time.Duration) {
 
 // Command runs argv inside the container (runc exec), as the container's
 // user, with the container's environment plus env.
-func (c *container) Command(argv, env []string, dir string) *exec.Cmd {
+func (c *container) Command(argv, env []string, dir string, tty bool) *exec.Cmd {
 	args := []string{"exec"}
+	if tty {
+		// runc makes a terminal in the container and relays it to its own
+		// stdin, which follows that terminal's size on SIGWINCH.
+		args = append(args, "--tty")
+	}
 	if dir != "" {
 		args = append(args, "--cwd", dir)
 	}

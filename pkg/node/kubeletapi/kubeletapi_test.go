@@ -1,0 +1,200 @@
+package kubeletapi
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
+)
+
+func TestAttributes(t *testing.T) {
+	u := &user.DefaultInfo{Name: "kube-apiserver-kubelet-client"}
+	for _, tt := range []struct {
+		method, path, verb, subresource string
+	}{
+		{"GET", "/containerLogs/default/p/c", "get", "proxy"},
+		{"POST", "/exec/default/p/c", "create", "proxy"},
+		{"GET", "/exec/default/p/c", "get", "proxy"},
+		{"POST", "/portForward/default/p", "create", "proxy"},
+		{"GET", "/logs/", "get", "log"},
+		{"GET", "/logs", "get", "log"},
+		{"GET", "/metrics", "get", "metrics"},
+		{"GET", "/metrics/cadvisor", "get", "metrics"},
+		{"GET", "/stats/summary", "get", "stats"},
+		{"GET", "/pods", "get", "pods"},
+		{"GET", "/healthz", "get", "healthz"},
+		{"GET", "/podsX", "get", "proxy"},
+		{"GET", "/metricsfoo", "get", "proxy"},
+		{"DELETE", "/pods", "delete", "pods"},
+	} {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			a := Attributes(u, tt.method, tt.path, "n1")
+			if a.GetVerb() != tt.verb || a.GetSubresource() != tt.subresource || a.GetResource() != "nodes" || a.GetName() != "n1" || !a.IsResourceRequest() {
+				t.Errorf("= %s nodes/%s %s, want %s nodes/%s n1", a.GetVerb(), a.GetSubresource(), a.GetName(), tt.verb, tt.subresource)
+			}
+		})
+	}
+}
+
+func TestLogRun(t *testing.T) {
+	term := &corev1.ContainerStateTerminated{ExitCode: 1}
+	for _, tt := range []struct {
+		name     string
+		status   corev1.ContainerStatus
+		previous bool
+		want     int32
+		wantErr  string
+	}{
+		{name: "running, first run", status: corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, want: 0},
+		{name: "running after 2 restarts", status: corev1.ContainerStatus{RestartCount: 2, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, LastTerminationState: corev1.ContainerState{Terminated: term}}, want: 2},
+		{name: "previous of a running container", previous: true, status: corev1.ContainerStatus{RestartCount: 2, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, LastTerminationState: corev1.ContainerState{Terminated: term}}, want: 1},
+		{name: "previous without one", previous: true, status: corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, wantErr: "previous terminated container"},
+		{name: "crash loop back-off shows the run that ended", status: corev1.ContainerStatus{RestartCount: 3, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: corev1.ContainerState{Terminated: term}}, want: 2},
+		{name: "finished for good", status: corev1.ContainerStatus{RestartCount: 1, State: corev1.ContainerState{Terminated: term}}, want: 1},
+		{name: "never started", status: corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}}}, wantErr: "is waiting to start: CreateContainerConfigError"},
+		{name: "no status yet", status: corev1.ContainerStatus{}, wantErr: "has not started"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.status.Name = "c"
+			got, err := LogRun(tt.status, "p", tt.previous)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("LogRun = %d, %v; want error %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("LogRun = %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLogOptions(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	ten, since := int64(10), metav1.NewTime(now.Add(-time.Hour))
+	for _, tt := range []struct {
+		name string
+		in   corev1.PodLogOptions
+		want time.Time
+	}{
+		{"sinceSeconds counts back from now", corev1.PodLogOptions{SinceSeconds: &ten}, now.Add(-10 * time.Second)},
+		{"sinceTime as given", corev1.PodLogOptions{SinceTime: &since}, since.Time},
+		{"neither: everything", corev1.PodLogOptions{Follow: true, Timestamps: true, TailLines: &ten}, time.Time{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := LogOptions(&tt.in, now)
+			if !got.Since.Equal(tt.want) || got.Follow != tt.in.Follow || got.Timestamp != tt.in.Timestamps || got.TailLines != tt.in.TailLines {
+				t.Errorf("LogOptions = %+v, want since %v and the flags as given", got, tt.want)
+			}
+		})
+	}
+}
+
+// fakeHost is one pod with one finished container whose two runs logged.
+type fakeHost struct{ dir string }
+
+func (h fakeHost) Container(ns, pod, uid, name string) (*Container, error) {
+	if ns != "default" || pod != "p" || name != "c" {
+		return nil, fmt.Errorf("pod %s/%s container %s: %w", ns, pod, name, ErrNotFound)
+	}
+	return &Container{
+		Status: corev1.ContainerStatus{Name: "c", RestartCount: 1, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}},
+		LogPath: func(run int32) string { return filepath.Join(h.dir, fmt.Sprintf("%d.log", run)) },
+	}, nil
+}
+func (fakeHost) PodNetNS(string, string, string) (string, error) { return "", nil }
+func (fakeHost) Pods() *corev1.PodList                          { return &corev1.PodList{} }
+
+// TestContainerLogs serves the routes without the auth filter (tested
+// against a real API server in test/integration) over CRI log files.
+func TestContainerLogs(t *testing.T) {
+	dir := t.TempDir()
+	for run, lines := range map[int][]string{0: {"first run"}, 1: {"one", "two", "three"}} {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%d.log", run)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := crilog.NewFile(f).Stream("stdout")
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+		f.Close()
+	}
+	s := &Server{host: fakeHost{dir}}
+	srv := httptest.NewServer(s.routes())
+	defer srv.Close()
+	for _, tt := range []struct {
+		query, want string
+		code        int
+	}{
+		{"", "one\ntwo\nthree\n", 200},
+		{"?tailLines=1", "three\n", 200},
+		{"?previous=true", "first run\n", 200},
+		{"?limitBytes=5", "one\nt", 200},
+		{"?tailLines=-1", "tailLines must be at least 0", 400},
+		{"?sinceSeconds=x", "unable to decode query", 400},
+	} {
+		resp, err := http.Get(srv.URL + "/containerLogs/default/p/c" + tt.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.code || tt.code == 200 && string(body) != tt.want || !strings.Contains(string(body), tt.want) {
+			t.Errorf("logs%s = %d %q, want %d %q", tt.query, resp.StatusCode, body, tt.code, tt.want)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/containerLogs/default/p/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("logs of an unknown container = %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestDialInNetNS dials a port on the host's loopback (the netns path "") and
+// refuses a path that is not a namespace.
+func TestDialInNetNS(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			_, _ = c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	c, err := DialInNetNS(context.Background(), "", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if string(b) != "hi" {
+		t.Errorf("read %q", b)
+	}
+	if _, err := DialInNetNS(context.Background(), filepath.Join(t.TempDir(), "none"), port); err == nil {
+		t.Error("dialing in a namespace that does not exist succeeded")
+	}
+}

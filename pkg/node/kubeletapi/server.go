@@ -1,0 +1,167 @@
+// Package kubeletapi is the node agent's authenticated API on port 10250,
+// the endpoints of the kubelet the API server proxies to: container logs,
+// exec, attach and port-forward (so kubectl logs, exec, attach and
+// port-forward work), with pods, metrics and healthz. Requests are
+// authenticated by client certificate or token and authorized by
+// SubjectAccessReview against the Node's subresources, as the kubelet's.
+// Streams use upstream's CRI streaming code (SPDY and websocket).
+package kubeletapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+// ErrNotFound is wrapped by a Host's errors for a pod or container it does
+// not run; the API answers 404.
+var ErrNotFound = errors.New("not found")
+
+// Host is what the API needs from the node agent.
+type Host interface {
+	// Container returns a container of a pod the node runs; uid "" matches
+	// any pod of that name.
+	Container(namespace, pod, uid, container string) (*Container, error)
+	// PodNetNS returns the path of the pod's network namespace, "" for the
+	// host's network.
+	PodNetNS(namespace, pod, uid string) (string, error)
+	// Pods returns the pods the node runs, with their status.
+	Pods() *corev1.PodList
+}
+
+// Container is one container as the API reaches it.
+type Container struct {
+	// Status is the container's status as the agent last computed it.
+	Status corev1.ContainerStatus
+	// LogPath returns the CRI log file of run number n (0 first).
+	LogPath func(run int32) string
+	// Run is the current run, nil when none runs.
+	Run runtime.Container
+	// Env and Dir are what commands run inside it get.
+	Env []string
+	Dir string
+}
+
+// Options configure the API.
+type Options struct {
+	// Address is host:port to listen on (the node's IP, port 10250).
+	Address string
+	// CertFile and KeyFile are the serving certificate and key, signed by
+	// the cluster CA for the node's IP and name.
+	CertFile, KeyFile string
+	// ClientCAFile verifies client certificates (the API server's
+	// kubelet client certificate among them).
+	ClientCAFile string
+	// NodeName is the Node the authorization attributes name.
+	NodeName string
+	// Client sends TokenReviews and SubjectAccessReviews.
+	Client kubernetes.Interface
+	// Metrics serves /metrics; nil for none.
+	Metrics http.Handler
+	// StreamIdleTimeout closes an exec, attach or port-forward stream
+	// idle that long (the kubelet's default: 4h).
+	StreamIdleTimeout time.Duration
+}
+
+var requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "steadyplane_node_api_requests_total",
+	Help: "Requests to the node agent's authenticated API, by outcome: served, unauthorized, forbidden, error.",
+}, []string{"outcome"})
+
+// Collectors returns the API's metrics, for the agent's registry.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{requests} }
+
+// Server is the API, ready to serve.
+type Server struct {
+	opts     Options
+	host     Host
+	handler  http.Handler
+	listener net.Listener
+	tls      *tls.Config
+}
+
+// New checks the options, loads the certificates and listens; Serve
+// serves. An error says which file or address is wrong.
+func New(o Options, host Host) (*Server, error) {
+	if o.StreamIdleTimeout <= 0 {
+		o.StreamIdleTimeout = 4 * time.Hour
+	}
+	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the serving certificate (--tls-cert-file=%s, --tls-private-key-file=%s): %w", o.CertFile, o.KeyFile, err)
+	}
+	auth, err := newDelegatedAuth(o.Client, o.ClientCAFile, o.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: o, host: host}
+	s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		// Verified by the authenticator against the client CA, so that a
+		// bearer token is an alternative to a certificate.
+		ClientAuth: tls.RequestClientCert}
+	s.handler = auth.filter(s.routes())
+	s.listener, err = net.Listen("tcp", o.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s for the node API: %w", o.Address, err)
+	}
+	return s, nil
+}
+
+// Addr is the address the API listens on.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// Serve serves until ctx ends.
+func (s *Server) Serve(ctx context.Context) {
+	srv := &http.Server{Handler: s.handler, TLSConfig: s.tls, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
+		ErrorLog: nil, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	klog.InfoS("Node API serving", "address", s.listener.Addr().String())
+	if err := srv.ServeTLS(s.listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.ErrorS(err, "Serving the node API", "address", s.opts.Address)
+	}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { served(); fmt.Fprint(w, "ok") })
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics)
+	}
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { served(); writeJSON(w, s.host.Pods()) })
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)
+		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{uid}/{container}", s.exec)
+		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{container}", s.attach)
+		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{uid}/{container}", s.attach)
+		mux.HandleFunc(method+" /portForward/{namespace}/{pod}", s.portForward)
+		mux.HandleFunc(method+" /portForward/{namespace}/{pod}/{uid}", s.portForward)
+	}
+	return mux
+}
+
+func served() { requests.WithLabelValues("served").Inc() }
+
+// fail answers err: 404 for a pod or container the node does not run, 400
+// for a request that cannot be served as asked.
+func fail(w http.ResponseWriter, err error, code int) {
+	if errors.Is(err, ErrNotFound) {
+		code = http.StatusNotFound
+	}
+	requests.WithLabelValues("error").Inc()
+	http.Error(w, err.Error(), code)
+}
