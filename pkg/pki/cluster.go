@@ -30,9 +30,9 @@ const (
 	// APIServerKubeletClientName is how the API server proves itself to
 	// node agents (logs, exec, port-forward).
 	APIServerKubeletClientName = "apiserver-kubelet-client"
-	EtcdServerName          = "etcd-server"
-	AdminName               = "admin"
-	ServiceAccountKeyName   = "sa"
+	EtcdServerName             = "etcd-server"
+	AdminName                  = "admin"
+	ServiceAccountKeyName      = "sa"
 )
 
 // MastersGroup is the group whose members the RBAC authorizer lets do anything.

@@ -118,7 +118,7 @@ func (h fakeHost) Container(ns, pod, uid, name string) (*Container, error) {
 	}, nil
 }
 func (fakeHost) PodNetNS(string, string, string) (string, error) { return "", nil }
-func (fakeHost) Pods() *corev1.PodList                          { return &corev1.PodList{} }
+func (fakeHost) Pods() *corev1.PodList                           { return &corev1.PodList{} }
 
 // TestContainerLogs serves the routes without the auth filter (tested
 // against a real API server in test/integration) over CRI log files.
