@@ -30,24 +30,38 @@ const streamCreationTimeout = remotecommand.DefaultStreamCreationTimeout
 // exec serves /exec/{namespace}/{pod}[/{uid}]/{container}?command=…: the
 // command runs inside the container, with a terminal when asked (tty=1).
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	ns, pod, uid, name := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container")
-	opts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		fail(w, err, http.StatusBadRequest)
-		return
-	}
 	cmd := r.URL.Query()["command"]
-	if len(cmd) == 0 {
-		fail(w, errors.New("no command given"), http.StatusBadRequest)
-		return
+	c, opts, ok := s.streamTarget(w, r, func(*remotecommand.Options) error {
+		if len(cmd) == 0 {
+			return errors.New("no command given")
+		}
+		return nil
+	})
+	if ok {
+		remotecommand.ServeExec(w, r, executor{c}, r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"), cmd, opts,
+			s.opts.StreamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 	}
-	c, err := s.running(ns, pod, uid, name)
+}
+
+// streamTarget reads an exec or attach request: its stream options, which
+// check may refuse, and the running container it names. It answers the
+// request itself when it returns false.
+func (s *Server) streamTarget(w http.ResponseWriter, r *http.Request, check func(*remotecommand.Options) error) (*Container, *remotecommand.Options, bool) {
+	opts, err := remotecommand.NewOptions(r)
+	if err == nil {
+		err = check(opts)
+	}
 	if err != nil {
 		fail(w, err, http.StatusBadRequest)
-		return
+		return nil, nil, false
+	}
+	c, err := s.running(r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"))
+	if err != nil {
+		fail(w, err, http.StatusBadRequest)
+		return nil, nil, false
 	}
 	served()
-	remotecommand.ServeExec(w, r, executor{c}, pod, uid, name, cmd, opts, s.opts.StreamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	return c, opts, true
 }
 
 // running returns the container if it runs now.
@@ -150,23 +164,16 @@ func runStreams(ctx context.Context, command *exec.Cmd, in io.Reader, out, stder
 // a stdin stream or terminal, so attaching with either is refused with a
 // message that points to exec.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
-	ns, pod, uid, name := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container")
-	opts, err := remotecommand.NewOptions(r)
-	if err != nil {
-		fail(w, err, http.StatusBadRequest)
-		return
+	pod, name := r.PathValue("pod"), r.PathValue("container")
+	c, opts, ok := s.streamTarget(w, r, func(opts *remotecommand.Options) error {
+		if opts.Stdin || opts.TTY {
+			return fmt.Errorf("container %q in pod %q has no stdin stream or terminal to attach to on this node; attach without -i/-t to follow its output, or use kubectl exec", name, pod)
+		}
+		return nil
+	})
+	if ok {
+		remotecommand.ServeAttach(w, r, attacher{c}, pod, r.PathValue("uid"), name, opts, s.opts.StreamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 	}
-	if opts.Stdin || opts.TTY {
-		fail(w, fmt.Errorf("container %q in pod %q has no stdin stream or terminal to attach to on this node; attach without -i/-t to follow its output, or use kubectl exec", name, pod), http.StatusBadRequest)
-		return
-	}
-	c, err := s.running(ns, pod, uid, name)
-	if err != nil {
-		fail(w, err, http.StatusBadRequest)
-		return
-	}
-	served()
-	remotecommand.ServeAttach(w, r, attacher{c}, pod, uid, name, opts, s.opts.StreamIdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
 }
 
 type attacher struct{ c *Container }
