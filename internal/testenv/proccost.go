@@ -36,14 +36,21 @@ func cpuTicks(pid int) int64 {
 	return sum
 }
 
-// RSSMiB is a process's resident memory in MiB; 0 if it is gone.
-func RSSMiB(pid int) float64 {
+// RSSMiB is a process's resident memory in MiB; 0 if it is gone. It counts
+// the pages of the binary it touched, which processes of one binary share.
+func RSSMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+// PrivateMiB is a process's resident anonymous memory in MiB (heap, stacks):
+// what each more process of the same binary costs.
+func PrivateMiB(pid int) float64 { return statusMiB(pid, "RssAnon:") }
+
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			return kb / 1024
 		}

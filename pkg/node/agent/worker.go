@@ -54,6 +54,29 @@ type container struct {
 	checkedLeftover bool
 }
 
+// containerState is where a container is in its lifecycle, as the Pod API
+// shows it: waiting (to be created, or to restart after a crash, with a
+// reason), running (a run is under way), or terminated (ended for good under
+// the pod's restart policy).
+type containerState int
+
+const (
+	stateWaiting containerState = iota
+	stateRunning
+	stateTerminated
+)
+
+// state derives c's lifecycle state from its current run and its end.
+func (c *container) state() containerState {
+	switch {
+	case c.run != nil:
+		return stateRunning
+	case c.done != nil:
+		return stateTerminated
+	}
+	return stateWaiting
+}
+
 // worker runs one pod: its containers as processes, its probes, and its
 // status in the API. Everything it does happens in sync, called from its own
 // goroutine whenever something changed (the pod in the API, a process, a
@@ -342,7 +365,7 @@ func (w *worker) podNotReady(pod *corev1.Pod, err error) {
 		w.a.event(pod, corev1.EventTypeWarning, eventReason, "%v", err)
 	}
 	for _, c := range w.containers {
-		if c.run == nil && c.done == nil {
+		if c.state() == stateWaiting {
 			c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
 		}
 	}
@@ -373,7 +396,7 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 		}
 		w.ended(pod, c, now)
 	}
-	if c.done != nil || now.Before(c.notBefore) {
+	if c.state() == stateTerminated || now.Before(c.notBefore) {
 		return
 	}
 	ip := w.setup.ips[0]
@@ -565,8 +588,8 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	if c.last != nil {
 		s.LastTerminationState.Terminated = c.last
 	}
-	switch {
-	case c.run != nil:
+	switch c.state() {
+	case stateRunning:
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.run.StartedAt())}
 		s.ContainerID = c.run.ID()
 		if !c.init {
@@ -576,21 +599,22 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 			s.Ready = started && (c.spec.ReadinessProbe == nil || c.readiness.Passing())
 			w.mu.Unlock()
 		}
-	case c.done != nil:
+	case stateTerminated:
 		s.State.Terminated = c.done
 		s.ContainerID = c.done.ContainerID
 		f := false
 		s.Started = &f
 		// As the kubelet: an init container that completed is ready.
 		s.Ready = c.init && c.done.ExitCode == 0
-	case c.waiting != nil:
-		s.State.Waiting = c.waiting
 	default:
-		reason := ReasonContainerCreating
-		if c.init {
-			reason = ReasonPodInitializing
+		s.State.Waiting = c.waiting
+		if s.State.Waiting == nil {
+			reason := ReasonContainerCreating
+			if c.init {
+				reason = ReasonPodInitializing
+			}
+			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
 		}
-		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
 	}
 	return s
 }

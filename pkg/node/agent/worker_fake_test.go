@@ -214,3 +214,21 @@ func TestWorkerFinishedForGoodSurvivesRestart(t *testing.T) {
 		t.Errorf("state after an agent restart = %+v, want terminated with exit 0", s.State)
 	}
 }
+
+func TestContainerState(t *testing.T) {
+	run := &fakeRun{Ending: runtime.NewEnding()}
+	for _, tt := range []struct {
+		name string
+		c    container
+		want containerState
+	}{
+		{"never started", container{}, stateWaiting},
+		{"waiting to restart after a crash", container{waiting: &corev1.ContainerStateWaiting{Reason: ReasonCrashLoopBackOff}, last: &corev1.ContainerStateTerminated{ExitCode: 1}}, stateWaiting},
+		{"a run under way", container{run: run}, stateRunning},
+		{"ended for good", container{done: &corev1.ContainerStateTerminated{}}, stateTerminated},
+	} {
+		if got := tt.c.state(); got != tt.want {
+			t.Errorf("%s: state %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

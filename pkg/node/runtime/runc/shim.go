@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,9 @@ func ShimMain(args []string) int {
 		return 1
 	}
 	tell("started %d", pid)
+	// The shim lives as long as its container, one per container: give back
+	// what starting it (and the binary's package initialisation) left.
+	debug.FreeOSMemory()
 	exit := s.wait(pid)
 	copies.Wait()
 	exit.Run, exit.OOMKilled = s.run, s.oomKilled()
