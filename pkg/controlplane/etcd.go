@@ -1,0 +1,109 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+func (cp *ControlPlane) etcdClientURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdClientPort)
+}
+
+func (cp *ControlPlane) etcdArgs() []string {
+	peer := "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdPeerPort)
+	return EtcdArgs(cp.pki, EtcdMember{
+		Name:           "steadyplane",
+		DataDir:        filepath.Join(cp.dataDir, "etcd"),
+		ClientURL:      cp.etcdClientURL(),
+		PeerURL:        peer,
+		InitialCluster: "steadyplane=" + peer,
+	})
+}
+
+// EtcdMember is what differs between the members of an etcd cluster.
+type EtcdMember struct {
+	Name, DataDir, ClientURL, PeerURL string
+	// InitialCluster is etcd's --initial-cluster: name=peerURL,...
+	InitialCluster string
+}
+
+// EtcdArgs returns the arguments of "steadyplane etcd" for member m, with
+// TLS and client-certificate auth from the cluster's etcd CA.
+func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
+	return []string{
+		"etcd",
+		"--name=" + m.Name,
+		"--data-dir=" + m.DataDir,
+		"--listen-client-urls=" + m.ClientURL,
+		"--advertise-client-urls=" + m.ClientURL,
+		"--listen-peer-urls=" + m.PeerURL,
+		"--initial-advertise-peer-urls=" + m.PeerURL,
+		"--initial-cluster=" + m.InitialCluster,
+		"--cert-file=" + p.EtcdServer.CertPath,
+		"--key-file=" + p.EtcdServer.KeyPath,
+		"--trusted-ca-file=" + p.EtcdCA.CertPath,
+		"--peer-cert-file=" + p.EtcdServer.CertPath,
+		"--peer-key-file=" + p.EtcdServer.KeyPath,
+		"--peer-trusted-ca-file=" + p.EtcdCA.CertPath,
+	}
+}
+
+// StartEtcd starts etcd and waits until it answers /health.
+func (cp *ControlPlane) StartEtcd(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	if err := cp.Etcd.Start(); err != nil {
+		return 0, err
+	}
+	if err := cp.waitEtcd(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
+	pair, err := tls.X509KeyPair(cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cp.pki.EtcdCA.Cert)
+	return &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}},
+	}, nil
+}
+
+func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
+	client, err := cp.etcdHTTPClient()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	return poll(ctx, cp.Etcd, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var health struct {
+			Health string `json:"health"`
+			Reason string `json:"reason"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&health)
+		if resp.StatusCode == http.StatusOK && health.Health == "true" {
+			return true, ""
+		}
+		return false, fmt.Sprintf("/health: %d %s", resp.StatusCode, health.Reason)
+	})
+}

@@ -1,0 +1,97 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// prepareNode issues the node agent's credentials (system:node:<name> in
+// system:nodes, for the Node authorizer and NodeRestriction) and its process.
+func (cp *ControlPlane) prepareNode() error {
+	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: "node-" + cp.opts.NodeName, CommonName: "system:node:" + cp.opts.NodeName,
+		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(cp.dataDir, "node.kubeconfig")
+	if err := clientconfig.WriteKubeconfig(kubeconfig, cp.APIServerURL(), "system:node:"+cp.opts.NodeName, cp.pki.CA, kp, cp.alternatives()); err != nil {
+		return err
+	}
+	nodeIP := cp.opts.NodeIP
+	if nodeIP == "" {
+		nodeIP = cp.advertise.String()
+	}
+	// The node API's serving certificate, for the address the API server
+	// dials (the Node's InternalIP) and the node's name.
+	serving, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: "node-" + cp.opts.NodeName + "-serving", CommonName: "system:node:" + cp.opts.NodeName,
+		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{cp.opts.NodeName}, IPs: []net.IP{netutils.ParseIPSloppy(nodeIP)},
+	})
+	if err != nil {
+		return err
+	}
+	manifests := filepath.Join(cp.dataDir, "manifests")
+	if err := os.MkdirAll(manifests, 0o700); err != nil {
+		return err
+	}
+	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
+		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
+		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
+		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
+		"--client-ca-file=" + cp.pki.CA.CertPath}
+	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		cp.progressf("WARNING: %s", warning)
+	} else {
+		cp.progressf("node: pods run under %s, pod addresses from %s", name, cp.opts.PodCIDR)
+	}
+	if cp.opts.NodeMetricsPort != 0 {
+		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.NodeMetricsPort))
+	}
+	cp.Node = &Process{Name: "node", Binary: cp.opts.Binary, Args: args, LogPath: filepath.Join(cp.dataDir, "logs", "node.log")}
+	return nil
+}
+
+// WaitNodeReady waits until the node agent's Node is registered and Ready.
+func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	return poll(ctx, cp.Node, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		n, err := client.CoreV1().Nodes().Get(ctx, cp.opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "Node not Ready"
+	})
+}
+
+// nodeStopGrace is how long the node agent may take to stop: the default
+// pod grace period and some.
+const nodeStopGrace = 45 * time.Second

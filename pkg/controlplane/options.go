@@ -1,0 +1,137 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	netutils "k8s.io/utils/net"
+)
+
+// Options configure a single-node control plane.
+type Options struct {
+	// DataDir holds the PKI, the kubeconfig, etcd's data and the logs.
+	DataDir string
+	// BindAddress is the address the API server listens on.
+	BindAddress string
+	// AdvertiseAddress is the address the API server publishes; empty means BindAddress.
+	AdvertiseAddress string
+	// APIServerPort is the API server's HTTPS port.
+	APIServerPort int
+	// EtcdClientPort and EtcdPeerPort are etcd's ports, on 127.0.0.1.
+	EtcdClientPort, EtcdPeerPort int
+	// ServiceCIDR is the range of service cluster IPs.
+	ServiceCIDR string
+	// RetryAfterIfNotInitialized turns on the KEP-3028 filter.
+	RetryAfterIfNotInitialized bool
+	// RetryAfter is the KEP-3028 delay.
+	RetryAfter time.Duration
+	// AlternativeServices turns on the KEP-3037 Alt-Svc filter. A single
+	// server advertises nothing; it matters once more API servers share etcd.
+	AlternativeServices bool
+	// Node starts a node agent ("steadyplane node") as a third child.
+	Node bool
+	// NodeName is the node agent's Node; empty means "steadyplane".
+	NodeName string
+	// NodeIP is the Node's and its pods' address; empty means BindAddress.
+	NodeIP string
+	// NodeMetricsPort serves the node agent's metrics on 127.0.0.1; 0 for none.
+	NodeMetricsPort int
+	// NodeAPIPort is the node agent's API port on the node IP (logs, exec,
+	// port-forward), the kubelet's 10250.
+	NodeAPIPort int
+	// NodeRuntime is the node agent's --runtime: auto, runc or process.
+	NodeRuntime string
+	// PodCIDR is the node's range of pod addresses; CNIBridge the host
+	// bridge pods join.
+	PodCIDR, CNIBridge string
+	// ReadinessController starts "steadyplane readiness-controller" (the
+	// readiness-gate webhook and the load-balancer-ready gate).
+	ReadinessController bool
+	// ReadinessWebhookPort is the webhook's port on BindAddress.
+	ReadinessWebhookPort int
+	// ExtraAPIServerArgs are appended to the API server's arguments, so they
+	// override steadyplane's choices.
+	ExtraAPIServerArgs []string
+	// Binary is the steadyplane executable to start the children from; empty
+	// means this process's own executable.
+	Binary string
+	// ReadyTimeout bounds the wait for each component to become ready.
+	ReadyTimeout time.Duration
+	// StopGrace is how long a child may take to stop after SIGTERM.
+	StopGrace time.Duration
+	// Out receives progress lines; nil discards them.
+	Out io.Writer
+}
+
+// NewOptions returns the defaults of "steadyplane up".
+func NewOptions() *Options {
+	return &Options{
+		DataDir:                    ".steadyplane",
+		BindAddress:                "127.0.0.1",
+		APIServerPort:              6443,
+		EtcdClientPort:             2379,
+		EtcdPeerPort:               2380,
+		ServiceCIDR:                "10.96.0.0/16",
+		RetryAfterIfNotInitialized: true,
+		RetryAfter:                 5 * time.Second,
+		AlternativeServices:        true,
+		Node:                       true,
+		NodeName:                   "steadyplane",
+		NodeMetricsPort:            10255,
+		NodeAPIPort:                10250,
+		NodeRuntime:                "auto",
+		PodCIDR:                    "10.244.0.0/24",
+		CNIBridge:                  "steadyplane0",
+		ReadinessController:        true,
+		ReadinessWebhookPort:       9443,
+		ReadyTimeout:               3 * time.Minute,
+		StopGrace:                  30 * time.Second,
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []string
+	if netutils.ParseIPSloppy(o.BindAddress) == nil {
+		errs = append(errs, fmt.Sprintf("--bind-address=%q is not an IP address", o.BindAddress))
+	}
+	if o.AdvertiseAddress != "" && netutils.ParseIPSloppy(o.AdvertiseAddress) == nil {
+		errs = append(errs, fmt.Sprintf("--advertise-address=%q is not an IP address", o.AdvertiseAddress))
+	}
+	for name, port := range map[string]int{"--apiserver-port": o.APIServerPort, "--etcd-client-port": o.EtcdClientPort, "--etcd-peer-port": o.EtcdPeerPort} {
+		if port < 1 || port > 65535 {
+			errs = append(errs, fmt.Sprintf("%s=%d is not a port", name, port))
+		}
+	}
+	if o.EtcdClientPort == o.EtcdPeerPort {
+		errs = append(errs, "--etcd-client-port and --etcd-peer-port must differ")
+	}
+	if _, _, err := netutils.ParseCIDRSloppy(o.ServiceCIDR); err != nil {
+		errs = append(errs, fmt.Sprintf("--service-cidr=%q: %v", o.ServiceCIDR, err))
+	}
+	if o.DataDir == "" {
+		errs = append(errs, "--data-dir must not be empty")
+	}
+	if o.NodeIP != "" && netutils.ParseIPSloppy(o.NodeIP) == nil {
+		errs = append(errs, fmt.Sprintf("--node-ip=%q is not an IP address", o.NodeIP))
+	}
+	if o.Node && len(validation.IsDNS1123Subdomain(o.NodeName)) > 0 {
+		errs = append(errs, fmt.Sprintf("--node-name=%q is not a valid node name: %s", o.NodeName, strings.Join(validation.IsDNS1123Subdomain(o.NodeName), "; ")))
+	}
+	if o.ReadinessController && (o.ReadinessWebhookPort < 1 || o.ReadinessWebhookPort > 65535) {
+		errs = append(errs, fmt.Sprintf("--readiness-webhook-port=%d is not a port", o.ReadinessWebhookPort))
+	}
+	if o.NodeMetricsPort < 0 || o.NodeMetricsPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--node-metrics-port=%d is not a port", o.NodeMetricsPort))
+	}
+	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
