@@ -29,6 +29,8 @@ Start a single-node control plane in ./.steadyplane with:
 		newUpCommand(),
 		newEtcdCommand(),
 		apiserver.NewCommand(),
+		newControllerManagerCommand(),
+		newSchedulerCommand(),
 		newCertsCommand(),
 		newNodeCommand(),
 		newContainerShimCommand(),

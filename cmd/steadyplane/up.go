@@ -10,14 +10,17 @@ func newUpCommand() *cobra.Command {
 	o := controlplane.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a single-node cluster (etcd + kube-apiserver + node agent) until interrupted",
+		Short: "Run a single-node cluster (etcd, kube-apiserver, controller manager, scheduler, node agent) until interrupted",
 		Long: `Run a single-node cluster: create or reuse the certificates, keys and kubeconfigs
-in the data directory, start "steadyplane etcd", "steadyplane apiserver", a node agent
-("steadyplane node", which runs pods as host processes) and the readiness-gate webhook
-and controller ("steadyplane readiness-controller") as child processes, print how to
-reach the cluster, restart a child that dies, and stop them all cleanly, in reverse
-order, on Ctrl-C or SIGTERM. Running it again on the same data directory keeps every
-object created before.`,
+in the data directory (one client certificate per component), start "steadyplane etcd",
+"steadyplane apiserver", "steadyplane controller-manager" and "steadyplane scheduler"
+(upstream's, with leader election), a node agent ("steadyplane node", which runs pods
+under runc with their own network, or as host processes without root or runc) and the
+readiness-gate webhook and controller ("steadyplane readiness-controller") as child
+processes, print how to reach the cluster, restart a child that dies, and stop them all
+cleanly, in reverse order, on Ctrl-C or SIGTERM. Running it again on the same data
+directory keeps every object created before; a second "up" on a directory in use is
+refused.`,
 		Example: `  steadyplane up
   kubectl --kubeconfig .steadyplane/admin.kubeconfig get namespaces
 
@@ -47,6 +50,9 @@ object created before.`,
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (127.0.0.1).")
+	fs.BoolVar(&o.Controllers, "controllers", o.Controllers, "Run the controller manager and the scheduler.")
+	fs.IntVar(&o.ControllerManagerPort, "controller-manager-port", o.ControllerManagerPort, "Secure port of the controller manager on 127.0.0.1 (health, metrics).")
+	fs.IntVar(&o.SchedulerPort, "scheduler-port", o.SchedulerPort, "Secure port of the scheduler on 127.0.0.1 (health, metrics).")
 	fs.IntVar(&o.NodeAPIPort, "node-api-port", o.NodeAPIPort, "Port of the node agent's API on the node IP (kubectl logs, exec, port-forward go there through the API server), as the kubelet's.")
 	fs.IntVar(&o.NodeMetricsPort, "node-metrics-port", o.NodeMetricsPort, "Port on 127.0.0.1 for the node agent's Prometheus metrics; 0 for none.")
 	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")

@@ -22,7 +22,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	if err != nil {
 		return controlplane.Options{}, err
 	}
-	ports, err := FreePorts(6)
+	ports, err := FreePorts(8)
 	if err != nil {
 		return controlplane.Options{}, err
 	}
@@ -30,7 +30,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	o.DataDir = dataDir
 	o.Binary = bin
 	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
-	o.NodeAPIPort = ports[5]
+	o.NodeAPIPort, o.ControllerManagerPort, o.SchedulerPort = ports[5], ports[6], ports[7]
 	// A pod range and bridge of this control plane's own: test packages
 	// run at once, and two nodes must never hand out the same address.
 	o.PodCIDR = fmt.Sprintf("10.245.%d.0/24", ports[0]%250)
@@ -42,7 +42,8 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 }
 
 // StartControlPlane prepares a control plane and starts etcd and the API
-// server, waiting for both to be ready. The caller must call Stop and Close.
+// server, and the controller manager and scheduler unless o.Controllers is
+// off, waiting for each to be ready. The caller must call Stop and Close.
 func StartControlPlane(ctx context.Context, o controlplane.Options) (*controlplane.ControlPlane, error) {
 	cp, err := controlplane.Prepare(o)
 	if err != nil {
@@ -66,6 +67,13 @@ func StartControlPlane(ctx context.Context, o controlplane.Options) (*controlpla
 		cp.Stop()
 		cp.Close()
 		return nil, err
+	}
+	if cp.ControllerManager != nil {
+		if err := cp.StartControllers(ctx); err != nil {
+			cp.Stop()
+			cp.Close()
+			return nil, err
+		}
 	}
 	return cp, nil
 }

@@ -80,9 +80,6 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		"--service-cluster-ip-range=" + s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
-		// No controller manager creates the default service accounts, so this
-		// plugin would refuse every pod.
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--cert-dir=" + s.CertDir,
 		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(s.RetryAfterIfNotInitialized),

@@ -32,7 +32,7 @@ type ControlPlane struct {
 	advertise  net.IP
 	lock       *os.File
 
-	Etcd, APIServer, Node, Readiness *Process
+	Etcd, APIServer, ControllerManager, Scheduler, Node, Readiness *Process
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
@@ -65,6 +65,12 @@ func Prepare(o Options) (*ControlPlane, error) {
 	}
 	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: filepath.Join(dataDir, "logs", "etcd.log")}
 	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: filepath.Join(dataDir, "logs", "apiserver.log")}
+	if cp.opts.Controllers {
+		if err := cp.prepareControllers(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
 	if cp.opts.Node {
 		if err := cp.prepareNode(); err != nil {
 			cp.Close()
@@ -113,6 +119,11 @@ func (cp *ControlPlane) DataDir() string { return cp.dataDir }
 
 // PKI returns the certificates and keys of the control plane.
 func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
+
+// store is the control plane's PKI directory, reporting what it issues.
+func (cp *ControlPlane) store() *pki.Store {
+	return &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+}
 
 // adminClient returns a clientset with the admin credentials.
 func (cp *ControlPlane) adminClient() (kubernetes.Interface, error) {

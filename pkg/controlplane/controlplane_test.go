@@ -103,6 +103,34 @@ func TestPrepareArguments(t *testing.T) {
 		t.Errorf("kubeconfig: %v %v", err, st)
 	}
 
+	// The controllers: their own identities, leader election, the cluster's
+	// signing keys, and the node's pod range as the cluster's.
+	cm := strings.Join(cp.ControllerManager.Args, " ")
+	for _, want := range []string{
+		"--kubeconfig=" + filepath.Join(cp.DataDir(), "controller-manager.kubeconfig"),
+		"--leader-elect=true", "--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + cp.PKI().ServiceAccountKey,
+		"--cluster-signing-key-file=" + filepath.Join(cp.DataDir(), "pki", "ca.key"),
+		"--allocate-node-cidrs=true --cluster-cidr=10.244.0.0/24 --node-cidr-mask-size=24",
+		"--bind-address=127.0.0.1 --secure-port=10257",
+	} {
+		if !strings.Contains(cm, want) {
+			t.Errorf("controller-manager args lack %s: %s", want, cm)
+		}
+	}
+	sched := strings.Join(cp.Scheduler.Args, " ")
+	if !strings.Contains(sched, "--kubeconfig="+filepath.Join(cp.DataDir(), "scheduler.kubeconfig")) || !strings.Contains(sched, "--leader-elect=true") {
+		t.Errorf("scheduler args: %s", sched)
+	}
+	for _, name := range []string{"controller-manager.kubeconfig", "scheduler.kubeconfig", "node-steadyplane.kubeconfig"} {
+		if st, err := os.Stat(filepath.Join(cp.DataDir(), name)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want 0600", name, err, st)
+		}
+	}
+	if slices.ContainsFunc(cp.APIServer.Args, func(a string) bool { return strings.HasPrefix(a, "--disable-admission-plugins") }) {
+		t.Errorf("no admission plugin may be off: %v", cp.APIServer.Args)
+	}
+
 	routable := prepared(t, func(o *Options) { o.AdvertiseAddress = "192.0.2.10" })
 	if slices.Contains(routable.APIServer.Args, "--endpoint-reconciler-type=none") {
 		t.Error("a routable advertise address should be published by the lease reconciler")

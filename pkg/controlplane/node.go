@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	netutils "k8s.io/utils/net"
 
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
@@ -21,16 +20,8 @@ import (
 // prepareNode issues the node agent's credentials (system:node:<name> in
 // system:nodes, for the Node authorizer and NodeRestriction) and its process.
 func (cp *ControlPlane) prepareNode() error {
-	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
-	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
-		Name: "node-" + cp.opts.NodeName, CommonName: "system:node:" + cp.opts.NodeName,
-		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	})
+	kubeconfig, err := cp.componentKubeconfig("node-"+cp.opts.NodeName, "system:node:"+cp.opts.NodeName, "system:nodes")
 	if err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(cp.dataDir, "node.kubeconfig")
-	if err := clientconfig.WriteKubeconfig(kubeconfig, cp.APIServerURL(), "system:node:"+cp.opts.NodeName, cp.pki.CA, kp, cp.alternatives()); err != nil {
 		return err
 	}
 	nodeIP := cp.opts.NodeIP
@@ -39,7 +30,7 @@ func (cp *ControlPlane) prepareNode() error {
 	}
 	// The node API's serving certificate, for the address the API server
 	// dials (the Node's InternalIP) and the node's name.
-	serving, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+	serving, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
 		Name: "node-" + cp.opts.NodeName + "-serving", CommonName: "system:node:" + cp.opts.NodeName,
 		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{cp.opts.NodeName}, IPs: []net.IP{netutils.ParseIPSloppy(nodeIP)},

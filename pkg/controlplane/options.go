@@ -32,6 +32,11 @@ type Options struct {
 	// AlternativeServices turns on the KEP-3037 Alt-Svc filter. A single
 	// server advertises nothing; it matters once more API servers share etcd.
 	AlternativeServices bool
+	// Controllers starts the controller manager and the scheduler.
+	Controllers bool
+	// ControllerManagerPort and SchedulerPort are their secure ports on
+	// 127.0.0.1 (health, metrics).
+	ControllerManagerPort, SchedulerPort int
 	// Node starts a node agent ("steadyplane node") as a third child.
 	Node bool
 	// NodeName is the node agent's Node; empty means "steadyplane".
@@ -79,6 +84,9 @@ func NewOptions() *Options {
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
 		AlternativeServices:        true,
+		Controllers:                true,
+		ControllerManagerPort:      10257,
+		SchedulerPort:              10259,
 		Node:                       true,
 		NodeName:                   "steadyplane",
 		NodeMetricsPort:            10255,
@@ -126,6 +134,9 @@ func (o *Options) validate() error {
 	}
 	if o.NodeMetricsPort < 0 || o.NodeMetricsPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-metrics-port=%d is not a port", o.NodeMetricsPort))
+	}
+	if o.Controllers && (o.ControllerManagerPort < 1 || o.ControllerManagerPort > 65535 || o.SchedulerPort < 1 || o.SchedulerPort > 65535) {
+		errs = append(errs, fmt.Sprintf("--controller-manager-port=%d and --scheduler-port=%d must be ports", o.ControllerManagerPort, o.SchedulerPort))
 	}
 	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))

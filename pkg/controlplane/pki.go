@@ -21,7 +21,7 @@ func (cp *ControlPlane) preparePKI() error {
 	if err != nil {
 		return fmt.Errorf("--service-cidr=%s: %w", cp.opts.ServiceCIDR, err)
 	}
-	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	store := cp.store()
 	cp.pki, err = store.EnsureCluster(pki.ClusterConfig{
 		APIServerIPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress), cp.advertise, serviceIP},
 	})

@@ -17,7 +17,7 @@ import (
 // prepareReadiness issues the webhook's serving certificate from the cluster
 // CA (which the API server is given as the caBundle) and its process.
 func (cp *ControlPlane) prepareReadiness() error {
-	store := &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	store := cp.store()
 	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
 		Name: "readiness-webhook", CommonName: "steadyplane-readiness-webhook",
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress)},

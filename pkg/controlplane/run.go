@@ -10,7 +10,7 @@ import (
 
 // Stop stops the API server, then etcd, each with the configured grace.
 func (cp *ControlPlane) Stop() {
-	for _, p := range []*Process{cp.Readiness, cp.Node, cp.APIServer, cp.Etcd} {
+	for _, p := range []*Process{cp.Readiness, cp.Node, cp.Scheduler, cp.ControllerManager, cp.APIServer, cp.Etcd} {
 		if p == nil || p.Exited() == nil {
 			continue
 		}
@@ -59,6 +59,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	cp.progressf("apiserver ready in %.1fs (%s)", time.Since(start).Seconds(), cp.APIServerURL())
+	if cp.ControllerManager != nil {
+		if err := cp.StartControllers(ctx); err != nil {
+			return err
+		}
+	}
 	if cp.Node != nil {
 		cp.progressf("starting node agent %s (log: %s)", cp.opts.NodeName, cp.Node.LogPath)
 		start = time.Now()
@@ -103,6 +108,14 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 			}
 		case <-cp.APIServer.Exited():
 			if err := cp.restart(ctx, cp.APIServer, backoff, cp.WaitAPIServerReady); err != nil {
+				return err
+			}
+		case <-exitedOf(cp.ControllerManager):
+			if err := cp.restart(ctx, cp.ControllerManager, backoff, cp.WaitControllerManagerReady); err != nil {
+				return err
+			}
+		case <-exitedOf(cp.Scheduler):
+			if err := cp.restart(ctx, cp.Scheduler, backoff, cp.WaitSchedulerReady); err != nil {
 				return err
 			}
 		case <-exitedOf(cp.Node):

@@ -53,8 +53,9 @@ type Authority struct {
 	Cert    *x509.Certificate
 	Key     crypto.Signer
 	CertPEM []byte
-	// CertPath is the file the certificate was loaded from or written to.
-	CertPath string
+	// CertPath is the file the certificate was loaded from or written to,
+	// KeyPath its key's (the controller manager signs CSRs with it).
+	CertPath, KeyPath string
 }
 
 // CertSpec describes a certificate to issue.
@@ -158,7 +159,7 @@ func (s *Store) EnsureCA(name, commonName string) (*Authority, error) {
 		return nil, err
 	}
 	s.logf("created CA %s (%s)", certPath, commonName)
-	return &Authority{Cert: cert, Key: key, CertPEM: certPEM, CertPath: certPath}, nil
+	return &Authority{Cert: cert, Key: key, CertPEM: certPEM, CertPath: certPath, KeyPath: keyPath}, nil
 }
 
 func parseAuthority(certPEM, keyPEM []byte, certPath, keyPath string) (*Authority, error) {
@@ -176,7 +177,7 @@ func parseAuthority(certPEM, keyPEM []byte, certPath, keyPath string) (*Authorit
 	if !publicKeysEqual(certs[0].PublicKey, signer.Public()) {
 		return nil, fmt.Errorf("CA key %s does not belong to certificate %s", keyPath, certPath)
 	}
-	return &Authority{Cert: certs[0], Key: signer, CertPEM: certPEM, CertPath: certPath}, nil
+	return &Authority{Cert: certs[0], Key: signer, CertPEM: certPEM, CertPath: certPath, KeyPath: keyPath}, nil
 }
 
 func parseSigner(keyPEM []byte, keyPath string) (crypto.Signer, error) {

@@ -41,6 +41,8 @@ func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 		"--node-metrics-port", strconv.Itoa(ports[3]),
 		"--readiness-webhook-port", strconv.Itoa(ports[4]),
 		"--node-api-port", strconv.Itoa(ports[5]),
+		"--controller-manager-port", strconv.Itoa(ports[6]),
+		"--scheduler-port", strconv.Itoa(ports[7]),
 		// A pod range and bridge of this run's own (other test packages run at once).
 		"--pod-cidr", fmt.Sprintf("10.246.%d.0/24", ports[0]%250),
 		"--cni-bridge", fmt.Sprintf("spe%d", ports[0]),
@@ -248,34 +250,38 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 	again.stop(t)
 }
 
-func TestUpRestartsADeadAPIServer(t *testing.T) {
+// TestUpRestartsDeadComponents kills -9 the API server, the controller
+// manager and the scheduler in turn: "up" restarts each, the controllers take
+// their leader leases again, and the cluster answers kubectl.
+func TestUpRestartsDeadComponents(t *testing.T) {
 	bin, dataDir, ports, ctx := setup(t, 8*time.Minute)
 	p := startUp(t, bin, dataDir, ports)
 	p.waitUp(t, 4*time.Minute)
-
-	var apiserverPid int
-	for _, pid := range childPids(dataDir) {
-		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), bin+" apiserver") {
-			apiserverPid = pid
-		}
-	}
-	if apiserverPid == 0 {
-		t.Fatal("apiserver child not found")
-	}
-	if err := syscall.Kill(apiserverPid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for !strings.Contains(p.text(), "apiserver ready again") {
-		if time.Now().After(deadline) {
-			t.Fatalf("apiserver not restarted:\n%s", p.text())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
-	if got, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name"); err != nil {
-		t.Errorf("after restart: %v\n%s", err, got)
+	for _, component := range []string{"apiserver", "controller-manager", "scheduler"} {
+		var pid int
+		for _, child := range childPids(dataDir) {
+			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(child), "cmdline"))
+			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), bin+" "+component+" ") {
+				pid = child
+			}
+		}
+		if pid == 0 {
+			t.Fatalf("%s child not found", component)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		for !strings.Contains(p.text(), component+" ready again") {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not restarted:\n%s", component, p.text())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name"); err != nil {
+			t.Errorf("after restarting %s: %v\n%s", component, err, got)
+		}
 	}
 	p.stop(t)
 }
@@ -293,7 +299,7 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	ports, err = testenv.FreePorts(6)
+	ports, err = testenv.FreePorts(8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,11 +329,13 @@ func readmeBlock(t *testing.T, heading string) string {
 	return block
 }
 
-// TestReadmeWalkthroughs runs the README's pod walkthrough (logs, exec,
-// port-forward) and its readiness-gate walkthrough, verbatim, against one
-// "steadyplane up", with kubectl as the client.
+// TestReadmeWalkthroughs runs the README's walkthroughs verbatim against one
+// "steadyplane up", with kubectl as the client: Deployments, Services and
+// namespace deletion (controller manager and scheduler), pods (logs, exec,
+// port-forward) and readiness gates.
 func TestReadmeWalkthroughs(t *testing.T) {
-	bin, dataDir, ports, ctx := setup(t, 6*time.Minute)
+	bin, dataDir, ports, ctx := setup(t, 10*time.Minute)
+	deployments := readmeBlock(t, "Deployments, services and namespaces")
 	pods := readmeBlock(t, "Pods on the node")
 	gates := readmeBlock(t, "Pods with readiness gates")
 	// The walkthroughs run where "up" keeps its data in ./.steadyplane.
@@ -351,6 +359,22 @@ func TestReadmeWalkthroughs(t *testing.T) {
 			t.Fatalf("the README's %s walkthrough failed: %v", name, err)
 		}
 		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+
+	var rollouts int
+	var slice, deleted bool
+	for _, l := range run("deployment", deployments) {
+		if strings.Contains(l, `deployment "web" successfully rolled out`) {
+			rollouts++
+		}
+		// NAME  ADDRESSTYPE  PORTS  ENDPOINTS  AGE, with three addresses.
+		if f := strings.Fields(l); len(f) == 5 && f[1] == "IPv4" && len(strings.Split(f[3], ",")) == 3 {
+			slice = true
+		}
+		deleted = deleted || strings.Contains(l, `namespace "demo" deleted`)
+	}
+	if rollouts != 2 || !slice || !deleted {
+		t.Errorf("deployment walkthrough: %d rollouts (want 2), an EndpointSlice with three addresses %v, namespace deleted %v", rollouts, slice, deleted)
 	}
 
 	var hostname, listing, logged bool

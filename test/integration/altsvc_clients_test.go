@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -48,6 +49,11 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 	port := l.Addr().(*net.TCPAddr).Port
 
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig(0))
+	// No controller manager runs here: the default service account that the
+	// ServiceAccount admission plugin looks up is the test's to make.
+	if _, err := admin.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "injector", Namespace: "default"},
 		Spec: corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{

@@ -715,20 +715,28 @@ func watchBody(req *http.Request, resp *http.Response, onError func(error)) {
 }
 
 // reportingBody reports the first read error that is not the end of the
-// body nor the caller's doing.
+// body nor the caller's doing: a cancelled request, or a body the caller
+// closed (a watch stopped while a goroutine still reads it).
 type reportingBody struct {
 	io.ReadCloser
 	ctx      context.Context
 	onError  func(error)
 	reported atomic.Bool
+	closed   atomic.Bool
 }
 
 func (b *reportingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && b.ctx.Err() == nil && b.reported.CompareAndSwap(false, true) {
+	if err != nil && err != io.EOF && b.ctx.Err() == nil && !b.closed.Load() && b.reported.CompareAndSwap(false, true) {
 		b.onError(err)
 	}
 	return n, err
+}
+
+// Close marks the end as the caller's before the read it interrupts fails.
+func (b *reportingBody) Close() error {
+	b.closed.Store(true)
+	return b.ReadCloser.Close()
 }
 
 // isStreaming reports requests whose answer is open-ended: watches and

@@ -168,13 +168,23 @@ func checkForRuntime(pod *corev1.Pod, c *corev1.Container, isolated bool) error 
 	if isolated {
 		return nil
 	}
-	if len(pod.Spec.Volumes) > 0 {
-		return fmt.Errorf("%w: volumes need the runc runtime; this node runs host processes (--runtime=process)", errConfig)
+	for _, v := range pod.Spec.Volumes {
+		if !isServiceAccountAutomount(v) {
+			return fmt.Errorf("%w: volumes need the runc runtime; this node runs host processes (--runtime=process)", errConfig)
+		}
 	}
 	if sc := securitycontext.DetermineEffectiveSecurityContext(pod, c); sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem) {
 		return fmt.Errorf("%w: runAsUser, runAsGroup and readOnlyRootFilesystem need the runc runtime; this node runs host processes (--runtime=process)", errConfig)
 	}
 	return nil
+}
+
+// isServiceAccountAutomount tells the service-account token volume that the
+// ServiceAccount admission plugin adds to every pod: host processes cannot
+// mount it, and refusing it would refuse every pod, so it is left unmounted
+// on a node that is not isolated (which each pod's NotIsolated event says).
+func isServiceAccountAutomount(v corev1.Volume) bool {
+	return strings.HasPrefix(v.Name, "kube-api-access-") && v.Projected != nil
 }
 
 // systemDirPrefixes are read-only in every container: a mount point must

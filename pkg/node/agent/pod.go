@@ -45,7 +45,7 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 	}
 	if !rt.Isolated() && !w.setup.warned {
 		w.setup.warned = true
-		a.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user", rt.Name())
+		a.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user, and gets no service-account token mounted", rt.Name())
 	}
 	if w.setup.sandbox == nil {
 		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), pod.Name, pod.Spec.HostNetwork)

@@ -1,0 +1,187 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// ControllerManager is what differs between the controller managers of a
+// control plane.
+type ControllerManager struct {
+	// Kubeconfig has the system:kube-controller-manager credentials.
+	Kubeconfig string
+	// Port is the secure port on 127.0.0.1 (upstream's 10257).
+	Port int
+	// ClusterCIDR is the range node pod CIDRs are allocated from; each node
+	// gets a range of NodeCIDRMaskSize bits.
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
+	ServiceCIDR      string
+	// CertDir holds its self-signed serving certificate.
+	CertDir string
+}
+
+// ControllerManagerArgs returns the arguments of "steadyplane
+// controller-manager": leader election, a service-account credential per
+// controller, service-account tokens signed with the cluster's key, CSRs
+// signed by the cluster CA, and node pod CIDRs allocated from ClusterCIDR.
+func ControllerManagerArgs(p *pki.Cluster, c ControllerManager) []string {
+	return []string{
+		"controller-manager",
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(c.Port),
+		"--cert-dir=" + c.CertDir,
+		"--leader-elect=true",
+		"--use-service-account-credentials=true",
+		"--controllers=*,bootstrapsigner,tokencleaner",
+		"--service-account-private-key-file=" + p.ServiceAccountKey,
+		"--root-ca-file=" + p.CA.CertPath,
+		"--cluster-signing-cert-file=" + p.CA.CertPath,
+		"--cluster-signing-key-file=" + p.CA.KeyPath,
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + c.ClusterCIDR,
+		"--node-cidr-mask-size=" + strconv.Itoa(c.NodeCIDRMaskSize),
+		"--service-cluster-ip-range=" + c.ServiceCIDR,
+	}
+}
+
+// Scheduler is what differs between the schedulers of a control plane.
+type Scheduler struct {
+	// Kubeconfig has the system:kube-scheduler credentials.
+	Kubeconfig string
+	// Port is the secure port on 127.0.0.1 (upstream's 10259).
+	Port int
+}
+
+// SchedulerArgs returns the arguments of "steadyplane scheduler", with
+// leader election.
+func SchedulerArgs(s Scheduler) []string {
+	return []string{
+		"scheduler",
+		"--kubeconfig=" + s.Kubeconfig,
+		"--authentication-kubeconfig=" + s.Kubeconfig,
+		"--authorization-kubeconfig=" + s.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.Port),
+		"--leader-elect=true",
+	}
+}
+
+// prepareControllers issues the controller manager's and the scheduler's
+// client certificates, as the users upstream's bootstrap RBAC binds
+// (system:kube-controller-manager, system:kube-scheduler), their
+// kubeconfigs, and their processes.
+func (cp *ControlPlane) prepareControllers() error {
+	cm, err := cp.componentKubeconfig("controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	sched, err := cp.componentKubeconfig("scheduler", "system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	_, podNet, err := netutils.ParseCIDRSloppy(cp.opts.PodCIDR)
+	if err != nil {
+		return fmt.Errorf("--pod-cidr=%s: %w", cp.opts.PodCIDR, err)
+	}
+	// One node: the cluster's pod range is the node's, which the node
+	// agent is also given until the controller manager allocates it.
+	ones, _ := podNet.Mask.Size()
+	cp.ControllerManager = &Process{Name: "controller-manager", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "controller-manager.log"),
+		Args: ControllerManagerArgs(cp.pki, ControllerManager{Kubeconfig: cm, Port: cp.opts.ControllerManagerPort, ClusterCIDR: podNet.String(),
+			NodeCIDRMaskSize: ones, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: filepath.Join(cp.dataDir, "controller-manager")})}
+	cp.Scheduler = &Process{Name: "scheduler", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "scheduler.log"),
+		Args: SchedulerArgs(Scheduler{Kubeconfig: sched, Port: cp.opts.SchedulerPort})}
+	return nil
+}
+
+// componentKubeconfig issues a client certificate for user (from the
+// cluster CA) and writes <name>.kubeconfig with it (0600).
+func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string) (string, error) {
+	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
+		Name: name, CommonName: user, Organization: groups, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(cp.dataDir, name+".kubeconfig")
+	return path, clientconfig.WriteKubeconfig(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
+}
+
+// StartControllers starts the controller manager and the scheduler and
+// waits until each leads, reporting both.
+func (cp *ControlPlane) StartControllers(ctx context.Context) error {
+	for _, c := range []struct {
+		p    *Process
+		wait func(context.Context) error
+	}{{cp.ControllerManager, cp.WaitControllerManagerReady}, {cp.Scheduler, cp.WaitSchedulerReady}} {
+		cp.progressf("starting %s (log: %s)", c.p.Name, c.p.LogPath)
+		start := time.Now()
+		if err := c.p.Start(); err != nil {
+			return err
+		}
+		if err := c.wait(ctx); err != nil {
+			return err
+		}
+		cp.progressf("%s leader in %.1fs", c.p.Name, time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// WaitControllerManagerReady waits until the controller manager holds its
+// leader lease and has made the default namespace's service account (pods
+// are refused until it exists).
+func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
+	if err := cp.waitLeader(ctx, cp.ControllerManager, "kube-controller-manager"); err != nil {
+		return err
+	}
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	return poll(ctx, cp.ControllerManager, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// WaitSchedulerReady waits until the scheduler holds its leader lease.
+func (cp *ControlPlane) WaitSchedulerReady(ctx context.Context) error {
+	return cp.waitLeader(ctx, cp.Scheduler, "kube-scheduler")
+}
+
+// waitLeader waits until lease kube-system/name is held and renewed after
+// the wait began: a leader that was killed stops renewing, so after a restart
+// this waits for the new process to take over.
+func (cp *ControlPlane) waitLeader(ctx context.Context, p *Process, name string) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		l, err := client.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.After(started) {
+			return false, "no leader yet"
+		}
+		return true, ""
+	})
+}

@@ -1,0 +1,38 @@
+package agent
+
+import (
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestCheckForRuntime(t *testing.T) {
+	automount := corev1.Volume{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}
+	config := corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}
+	uid := int64(1000)
+	for _, tt := range []struct {
+		name     string
+		volumes  []corev1.Volume
+		sc       *corev1.SecurityContext
+		command  []string
+		isolated bool
+		refused  bool
+	}{
+		{name: "no command", isolated: true, refused: true},
+		{name: "runc: volumes", command: []string{"sleep"}, volumes: []corev1.Volume{config, automount}, isolated: true},
+		{name: "process: the service-account token volume is left unmounted", command: []string{"sleep"}, volumes: []corev1.Volume{automount}},
+		{name: "process: any other volume is refused", command: []string{"sleep"}, volumes: []corev1.Volume{automount, config}, refused: true},
+		{name: "process: a projected volume of the user's is refused", command: []string{"sleep"}, volumes: []corev1.Volume{{Name: "mine", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}}, refused: true},
+		{name: "process: runAsUser is refused", command: []string{"sleep"}, sc: &corev1.SecurityContext{RunAsUser: &uid}, refused: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := corev1.Container{Name: "c", Command: tt.command, SecurityContext: tt.sc}
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: tt.volumes, Containers: []corev1.Container{c}}}
+			err := checkForRuntime(pod, &c, tt.isolated)
+			if (err != nil) != tt.refused || err != nil && !errors.Is(err, errConfig) {
+				t.Errorf("checkForRuntime = %v, refused want %v (as a config error)", err, tt.refused)
+			}
+		})
+	}
+}
