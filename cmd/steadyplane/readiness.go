@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"net"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 func newReadinessControllerCommand() *cobra.Command {
 	o := readinessgates.Options{WebhookAddress: "127.0.0.1:9443"}
 	var kubeconfig string
+	var podCIDRs []string
 	cmd := &cobra.Command{
 		Use:   "readiness-controller",
 		Short: "Inject readiness gates into pods and run the load-balancer-ready gate",
@@ -26,9 +29,10 @@ func newReadinessControllerCommand() *cobra.Command {
 - the controller of steadyplane.io/load-balancer-ready: True while
   GET http://<podIP>:<port><path> answers 2xx/3xx, with port and path from the pod's
   annotations steadyplane.io/load-balancer-port and steadyplane.io/load-balancer-path
-  (default: the first containerPort, "/").`,
+  (default: the first containerPort, "/"), for pods whose address is in --pod-cidr
+  (or hostNetwork pods on their node's address): no other address is ever checked.`,
 		Example: `  steadyplane readiness-controller --kubeconfig admin.kubeconfig \
-    --tls-cert-file webhook.crt --tls-private-key-file webhook.key --ca-file ca.crt
+    --tls-cert-file webhook.crt --tls-private-key-file webhook.key --ca-file ca.crt --pod-cidr 10.244.0.0/16
   kubectl label namespace team steadyplane.io/readiness-gates=on`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -39,6 +43,13 @@ func newReadinessControllerCommand() *cobra.Command {
 			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: ""}})
 			if err != nil {
 				return err
+			}
+			for _, c := range podCIDRs {
+				_, n, err := net.ParseCIDR(c)
+				if err != nil {
+					return fmt.Errorf("--pod-cidr=%q: %w", c, err)
+				}
+				o.PodCIDRs = append(o.PodCIDRs, n)
 			}
 			return readinessgates.Run(ctx, cfg, o)
 		},
@@ -51,8 +62,9 @@ func newReadinessControllerCommand() *cobra.Command {
 	fs.StringVar(&o.KeyFile, "tls-private-key-file", o.KeyFile, "Webhook serving key.")
 	fs.StringVar(&o.CAFile, "ca-file", o.CAFile, "CA of the serving certificate, given to the API server as the webhook's caBundle.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus metrics; empty for none.")
-	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod is checked again.")
-	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file"} {
+	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod whose target is healthy is checked again; one that is not yet is checked every 500ms.")
+	fs.StringSliceVar(&podCIDRs, "pod-cidr", nil, "The cluster's pod ranges (comma-separated): the load-balancer gate checks only pod addresses in them, and hostNetwork pods on their node's address; nothing else is ever dialled.")
+	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file", "pod-cidr"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
 	return cmd

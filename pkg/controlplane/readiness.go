@@ -12,13 +12,19 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/pki"
+	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 )
 
-// prepareReadiness issues the webhook's serving certificate from the cluster
-// CA (which the API server is given as the caBundle) and its process.
+// prepareReadiness issues the controller's own client certificate
+// (readinessgates.User, bound to exactly the RBAC it needs), the webhook's
+// serving certificate from the cluster CA (which the API server is given as
+// the caBundle), and its process.
 func (cp *ControlPlane) prepareReadiness() error {
-	store := cp.store()
-	kp, err := store.EnsureCert(cp.pki.CA, pki.CertSpec{
+	kubeconfig, err := cp.componentKubeconfig("readiness-controller", readinessgates.User)
+	if err != nil {
+		return err
+	}
+	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
 		Name: "readiness-webhook", CommonName: "steadyplane-readiness-webhook",
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress)},
 	})
@@ -27,10 +33,26 @@ func (cp *ControlPlane) prepareReadiness() error {
 	}
 	addr := net.JoinHostPort(cp.opts.BindAddress, strconv.Itoa(cp.opts.ReadinessWebhookPort))
 	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
-		"readiness-controller", "--kubeconfig=" + cp.kubeconfig, "--webhook-bind-address=" + addr,
+		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.PodCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
 	}}
 	return nil
+}
+
+// StartReadinessController grants the controller its RBAC (with the admin
+// credentials), starts it and waits until its webhook is registered.
+func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
+		return err
+	}
+	if err := cp.Readiness.Start(); err != nil {
+		return err
+	}
+	return cp.WaitReadinessControllerReady(ctx)
 }
 
 // WaitReadinessControllerReady waits until the readiness-gate webhook is registered.

@@ -78,10 +78,7 @@ func Run(ctx context.Context, o Options) error {
 	if cp.Readiness != nil {
 		cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
 		start = time.Now()
-		if err := cp.Readiness.Start(); err != nil {
-			return err
-		}
-		if err := cp.WaitReadinessControllerReady(ctx); err != nil {
+		if err := cp.StartReadinessController(ctx); err != nil {
 			return err
 		}
 		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", time.Since(start).Seconds())

@@ -40,8 +40,12 @@ type Options struct {
 	CertFile, KeyFile, CAFile string
 	// MetricsAddress serves Prometheus metrics; "" for none.
 	MetricsAddress string
-	// CheckInterval is how often each gated pod is checked again.
+	// CheckInterval is how often each gated pod whose target is healthy is
+	// checked again; one that is not is checked every 500ms.
 	CheckInterval time.Duration
+	// PodCIDRs are the cluster's pod ranges: the only addresses (with
+	// hostNetwork pods' node addresses) the load-balancer gate checks.
+	PodCIDRs []*net.IPNet
 }
 
 // Run serves the webhook, registers it, and runs the load-balancer gate
@@ -57,6 +61,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if _, _, err := net.SplitHostPort(o.WebhookAddress); err != nil {
 		return fmt.Errorf("--webhook-bind-address=%q: %w", o.WebhookAddress, err)
+	}
+	if len(o.PodCIDRs) == 0 {
+		return errors.New("--pod-cidr is required: the load-balancer gate checks only addresses in the cluster's pod network")
 	}
 	if o.WebhookURL == "" {
 		o.WebhookURL = "https://" + o.WebhookAddress + "/mutate"
@@ -104,7 +111,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	ctl := &conditionctl.Controller{
 		Client: client, ConditionType: lbgate.ConditionType, Interval: o.CheckInterval,
 		Check: func(ctx context.Context, pod *corev1.Pod) conditionctl.Result {
-			return lbgate.Check(ctx, httpClient, pod)
+			return lbgate.Check(ctx, httpClient, pod, o.PodCIDRs)
 		},
 	}
 	go func() { errs <- ctl.Run(ctx) }()

@@ -345,10 +345,7 @@ func TestNodeAgent(t *testing.T) {
 	})
 
 	t.Run("the webhook injects the load-balancer gate, which follows an outside HTTP check", func(t *testing.T) {
-		if err := cp.Readiness.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cp.WaitReadinessControllerReady(ctx); err != nil {
+		if err := cp.StartReadinessController(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for name, labels := range map[string]map[string]string{"team": {"steadyplane.io/readiness-gates": "on"}, "plain": nil} {

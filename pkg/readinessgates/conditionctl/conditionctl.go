@@ -73,8 +73,13 @@ type Controller struct {
 	ConditionType corev1.PodConditionType
 	// Check computes the condition for a pod.
 	Check func(ctx context.Context, pod *corev1.Pod) Result
-	// Interval is how often each pod is checked again; 0 means 5s.
+	// Interval is how often each pod whose condition is True is checked
+	// again; 0 means 5s.
 	Interval time.Duration
+	// PendingInterval is how often each pod whose condition is not True is
+	// checked again, so that it turns True soon after its target is ready;
+	// 0 means 500ms.
+	PendingInterval time.Duration
 	// Workers is how many pods are checked at once; 0 means 4.
 	Workers int
 }
@@ -94,6 +99,9 @@ func RegisterMetrics(reg prometheus.Registerer) {
 func (c *Controller) Run(ctx context.Context) error {
 	if c.Interval <= 0 {
 		c.Interval = 5 * time.Second
+	}
+	if c.PendingInterval <= 0 {
+		c.PendingInterval = 500 * time.Millisecond
 	}
 	if c.Workers <= 0 {
 		c.Workers = 4
@@ -151,31 +159,43 @@ func (c *Controller) processNext(ctx context.Context, queue workqueue.TypedRateL
 		queue.Forget(key)
 		return true
 	}
-	if err := c.sync(ctx, pod); err != nil {
+	r, err := c.sync(ctx, pod)
+	if err != nil {
 		klog.ErrorS(err, "Writing readiness gate condition", "pod", klog.KObj(pod), "condition", c.ConditionType)
 		queue.AddRateLimited(key)
 		return true
 	}
 	queue.Forget(key)
-	queue.AddAfter(key, c.Interval) // checks may change without the pod changing
+	// Checks may change without the pod changing.
+	queue.AddAfter(key, NextCheck(r.Status, c.Interval, c.PendingInterval))
 	return true
 }
 
-func (c *Controller) sync(ctx context.Context, pod *corev1.Pod) error {
+// NextCheck is when a pod is checked again after a check that gave status:
+// a target that is not healthy yet soon (pending), a healthy one at the
+// steady interval.
+func NextCheck(status corev1.ConditionStatus, interval, pending time.Duration) time.Duration {
+	if status == corev1.ConditionTrue {
+		return interval
+	}
+	return min(pending, interval)
+}
+
+func (c *Controller) sync(ctx context.Context, pod *corev1.Pod) (Result, error) {
 	r := c.Check(ctx, pod)
 	checks.WithLabelValues(string(c.ConditionType), string(r.Status)).Inc()
 	patch, err := ConditionPatch(pod, c.ConditionType, r, metav1.Now())
 	if err != nil || patch == nil {
-		return err
+		return r, err
 	}
 	_, err = c.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone, or replaced by a new pod of the same name
+		return r, nil // gone, or replaced by a new pod of the same name
 	}
 	if err != nil {
-		return fmt.Errorf("patching %s: %w", c.ConditionType, err)
+		return r, fmt.Errorf("patching %s: %w", c.ConditionType, err)
 	}
 	patches.WithLabelValues(string(c.ConditionType)).Inc()
 	klog.V(2).InfoS("Readiness gate condition changed", "pod", klog.KObj(pod), "condition", c.ConditionType, "status", r.Status, "reason", r.Reason)
-	return nil
+	return r, nil
 }

@@ -64,3 +64,20 @@ func TestHasGate(t *testing.T) {
 		t.Error("HasGate")
 	}
 }
+
+func TestNextCheck(t *testing.T) {
+	for _, tt := range []struct {
+		status            corev1.ConditionStatus
+		interval, pending time.Duration
+		want              time.Duration
+	}{
+		{corev1.ConditionTrue, 5 * time.Second, 500 * time.Millisecond, 5 * time.Second},
+		{corev1.ConditionFalse, 5 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond},
+		{corev1.ConditionUnknown, 5 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond},
+		{corev1.ConditionFalse, 200 * time.Millisecond, 500 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		if got := NextCheck(tt.status, tt.interval, tt.pending); got != tt.want {
+			t.Errorf("NextCheck(%s, %v, %v) = %v, want %v", tt.status, tt.interval, tt.pending, got, tt.want)
+		}
+	}
+}

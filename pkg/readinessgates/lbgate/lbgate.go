@@ -36,7 +36,30 @@ const (
 	ReasonUnhealthy      = "TargetUnhealthy"
 	ReasonNoTarget       = "NoTarget"
 	ReasonNotYetAssigned = "PodHasNoIP"
+	// ReasonOutsidePodNetwork: the pod's address is neither in the cluster's
+	// pod range nor its node's (hostNetwork), so it is not checked.
+	ReasonOutsidePodNetwork = "OutsidePodNetwork"
 )
+
+// Allowed tells whether the gate may send a check to the pod's address:
+// one in the cluster's pod ranges, or for a hostNetwork pod its node's
+// address (both written by the node, not by the pod's author). Nothing
+// else is ever dialled, whatever the pod says.
+func Allowed(pod *corev1.Pod, podCIDRs []*net.IPNet) error {
+	ip := net.ParseIP(pod.Status.PodIP)
+	if ip == nil {
+		return fmt.Errorf("pod IP %q is not an address", pod.Status.PodIP)
+	}
+	if pod.Spec.HostNetwork && pod.Status.PodIP == pod.Status.HostIP {
+		return nil
+	}
+	for _, n := range podCIDRs {
+		if n.Contains(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("pod IP %s is outside the cluster's pod network; it is not checked", ip)
+}
 
 // Target returns the URL the check GETs for pod.
 func Target(pod *corev1.Pod) (string, error) {
@@ -68,10 +91,13 @@ func Target(pod *corev1.Pod) (string, error) {
 	return "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + path, nil
 }
 
-// Check GETs the pod's target: 2xx and 3xx are healthy.
-func Check(ctx context.Context, client *http.Client, pod *corev1.Pod) conditionctl.Result {
+// Check GETs the pod's target, if Allowed: 2xx and 3xx are healthy.
+func Check(ctx context.Context, client *http.Client, pod *corev1.Pod, podCIDRs []*net.IPNet) conditionctl.Result {
 	if pod.Status.PodIP == "" {
 		return conditionctl.Result{Status: corev1.ConditionFalse, Reason: ReasonNotYetAssigned, Message: "the pod has no IP yet"}
+	}
+	if err := Allowed(pod, podCIDRs); err != nil {
+		return conditionctl.Result{Status: corev1.ConditionFalse, Reason: ReasonOutsidePodNetwork, Message: err.Error()}
 	}
 	url, err := Target(pod)
 	if err != nil {

@@ -49,10 +49,44 @@ func TestCheck(t *testing.T) {
 		{"no port at all", pod(host, nil), corev1.ConditionFalse, ReasonNoTarget, "no port"},
 		{"containerPort used, refused", pod(host, nil, 1), corev1.ConditionFalse, ReasonUnhealthy, "connection refused"},
 	}
+	// The test server listens on loopback: here that is the pod network.
+	_, loopback, _ := net.ParseCIDR("127.0.0.0/8")
+	_, other, _ := net.ParseCIDR("10.244.0.0/24")
+	tests = append(tests, struct {
+		name    string
+		pod     *corev1.Pod
+		status  corev1.ConditionStatus
+		reason  string
+		message string
+	}{"outside the pod network: not dialled", pod("192.0.2.7", map[string]string{PortAnnotation: "80"}), corev1.ConditionFalse, ReasonOutsidePodNetwork, "outside the cluster's pod network"})
 	for _, tt := range tests {
-		r := Check(context.Background(), HTTPClient(), tt.pod)
+		r := Check(context.Background(), HTTPClient(), tt.pod, []*net.IPNet{other, loopback})
 		if r.Status != tt.status || r.Reason != tt.reason || !strings.Contains(r.Message, tt.message) {
 			t.Errorf("%s: %+v, want %s %s %q", tt.name, r, tt.status, tt.reason, tt.message)
+		}
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	_, podNet, _ := net.ParseCIDR("10.244.0.0/24")
+	for _, tt := range []struct {
+		name        string
+		podIP       string
+		hostIP      string
+		hostNetwork bool
+		allowed     bool
+	}{
+		{"in the pod range", "10.244.0.7", "127.0.0.1", false, true},
+		{"outside the pod range", "10.0.0.1", "127.0.0.1", false, false},
+		{"the metadata service", "169.254.169.254", "127.0.0.1", false, false},
+		{"hostNetwork on its node's address", "127.0.0.1", "127.0.0.1", true, true},
+		{"hostNetwork claiming another address", "192.0.2.1", "127.0.0.1", true, false},
+		{"not hostNetwork, on the node's address", "127.0.0.1", "127.0.0.1", false, false},
+		{"no address", "nonsense", "127.0.0.1", false, false},
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: tt.hostNetwork}, Status: corev1.PodStatus{PodIP: tt.podIP, HostIP: tt.hostIP}}
+		if err := Allowed(pod, []*net.IPNet{podNet}); (err == nil) != tt.allowed {
+			t.Errorf("%s: Allowed = %v, want allowed %v", tt.name, err, tt.allowed)
 		}
 	}
 }

@@ -206,7 +206,10 @@ func Serve(ctx context.Context, addr string, cert tls.Certificate, h http.Handle
 	mux.Handle("/mutate", h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
 	srv := &http.Server{
-		Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		// An admission review is small and the API server waits at most
+		// its own timeout (10s by default): a slow or stuck client cannot
+		// hold a connection longer.
+		Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 	}
 	go func() {
