@@ -9,7 +9,7 @@
 //     its duration, and the fewest pods passing an outside HTTP check in any
 //     100ms sample.
 //
-//	sudo go run ./bench/cluster [--replicas 5]
+//     sudo go run ./bench/cluster [--replicas 5]
 package main
 
 import (
