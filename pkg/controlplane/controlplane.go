@@ -48,6 +48,11 @@ func Prepare(o Options) (*ControlPlane, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
+	// It holds keys and etcd's data: nobody else may even list it, also
+	// when it was made by hand before.
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", dataDir, err)
+	}
 	lock, err := lockDir(dataDir)
 	if err != nil {
 		return nil, err

@@ -199,3 +199,14 @@ func TestProcessKilledAfterGrace(t *testing.T) {
 		t.Error("process still running after Stop")
 	}
 }
+
+func TestPrepareMakesTheDataDirectoryPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sp")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prepared(t, func(o *Options) { o.DataDir = dir })
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("data directory made by hand as 0755: %v %v, want 0700 after prepare", err, st.Mode().Perm())
+	}
+}

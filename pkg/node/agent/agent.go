@@ -17,6 +17,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,8 @@ type Agent struct {
 	staticWake chan struct{}
 	// local is the node's own record of its pods, served read-only.
 	local *localstatus.Store
+	// cidrWarned is set once a pod CIDR mismatch was reported.
+	cidrWarned atomic.Bool
 }
 
 var (
@@ -378,7 +381,28 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 	a.mu.Lock()
 	a.node = updated
 	a.mu.Unlock()
+	if a.opts.Network != nil {
+		if msg := PodCIDRMismatch(updated.Spec.PodCIDR, a.opts.Network.PodCIDR()); msg != "" && !a.cidrWarned.Swap(true) {
+			klog.InfoS("WARNING: "+msg, "node", a.opts.NodeName)
+			a.nodeEvent(corev1.EventTypeWarning, "PodCIDRMismatch", "%s", msg)
+		}
+	}
 	return nil
+}
+
+// PodCIDRMismatch says why the Node's allocated pod range (spec.podCIDR)
+// and the range the agent gives pods addresses from disagree, or "" when
+// they agree or nothing is allocated yet.
+func PodCIDRMismatch(allocated, configured string) string {
+	if allocated == "" {
+		return ""
+	}
+	_, a, errA := net.ParseCIDR(allocated)
+	_, c, errC := net.ParseCIDR(configured)
+	if errA == nil && errC == nil && a.String() == c.String() {
+		return ""
+	}
+	return fmt.Sprintf("the Node's spec.podCIDR is %s but this agent gives pods addresses from --pod-cidr=%s; restart the agent with --pod-cidr=%s", allocated, configured, allocated)
 }
 
 func (a *Agent) heartbeat(ctx context.Context) {

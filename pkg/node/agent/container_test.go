@@ -36,3 +36,20 @@ func TestCheckForRuntime(t *testing.T) {
 		})
 	}
 }
+
+func TestPodCIDRMismatch(t *testing.T) {
+	for _, tt := range []struct {
+		allocated, configured string
+		mismatch              bool
+	}{
+		{"", "10.244.0.0/24", false},
+		{"10.244.0.0/24", "10.244.0.0/24", false},
+		{"10.244.0.0/24", "10.244.0.7/24", false}, // the same range, written with a host address
+		{"10.244.1.0/24", "10.244.0.0/24", true},
+		{"10.244.0.0/16", "10.244.0.0/24", true},
+	} {
+		if got := PodCIDRMismatch(tt.allocated, tt.configured); (got != "") != tt.mismatch {
+			t.Errorf("PodCIDRMismatch(%q, %q) = %q, want a mismatch %v", tt.allocated, tt.configured, got, tt.mismatch)
+		}
+	}
+}

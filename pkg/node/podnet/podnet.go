@@ -224,6 +224,9 @@ func (n *Network) runtimeConf(pod *corev1.Pod, id, netns, ifName string) *libcni
 	return rt
 }
 
+// PodCIDR is the range pods get their addresses from.
+func (n *Network) PodCIDR() string { return n.cfg.PodCIDR }
+
 // Setup attaches the pod's network namespace to the pod network and
 // returns its addresses. A namespace already attached (a restarted agent)
 // keeps its addresses: the cached result is returned.
