@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
 func TestPendingChecks(t *testing.T) {
@@ -208,5 +210,63 @@ func TestPrepareMakesTheDataDirectoryPrivate(t *testing.T) {
 	prepared(t, func(o *Options) { o.DataDir = dir })
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("data directory made by hand as 0755: %v %v, want 0700 after prepare", err, st.Mode().Perm())
+	}
+}
+
+// TestComponentManifests checks that each component's static pod is one the
+// node agent accepts (upstream's pod validation, through the same parser),
+// runs the installed binary with the process's arguments, and mounts what
+// it uses.
+func TestComponentManifests(t *testing.T) {
+	cp := prepared(t, func(*Options) {})
+	src := filepath.Join(t.TempDir(), "steadyplane")
+	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := InstallBinary(src, filepath.Join(cp.DataDir(), "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := InstallBinary(src, filepath.Join(cp.DataDir(), "bin"))
+	if err != nil || again != bin {
+		t.Fatalf("installing the same binary again: %s, %v; want %s", again, err, bin)
+	}
+	if st, err := os.Stat(bin); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("installed binary: %v %v", err, st)
+	}
+	manifests := t.TempDir()
+	components := cp.Components(bin)
+	if len(components) != 4 {
+		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler", len(components))
+	}
+	for _, c := range components {
+		if err := WriteManifest(manifests, c.Pod()); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(manifests, c.Name+".yaml")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", path, st.Mode().Perm())
+		}
+		pod, err := staticpod.Parse(data, "n1")
+		if err != nil {
+			t.Fatalf("%s: the node agent refuses it: %v", c.Name, err)
+		}
+		ctr := pod.Spec.Containers[0]
+		if !pod.Spec.HostNetwork || pod.Namespace != "kube-system" || ctr.Command[0] != bin || !slices.Equal(ctr.Command[1:], c.Args) {
+			t.Errorf("%s: hostNetwork %v, namespace %s, command %v", c.Name, pod.Spec.HostNetwork, pod.Namespace, ctr.Command)
+		}
+		mounted := map[string]bool{}
+		for _, m := range ctr.VolumeMounts {
+			mounted[m.MountPath] = true
+		}
+		for _, want := range []string{filepath.Dir(bin), filepath.Join(cp.DataDir(), "pki")} {
+			if c.Name != "kube-scheduler" && !mounted[want] {
+				t.Errorf("%s does not mount %s: %v", c.Name, want, ctr.VolumeMounts)
+			}
+		}
 	}
 }

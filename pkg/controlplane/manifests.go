@@ -1,0 +1,145 @@
+package controlplane
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+)
+
+// HostPath is a file or directory of the host a component uses, mounted at
+// the same path in its container.
+type HostPath struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Component is a control-plane component as a static pod.
+type Component struct {
+	// Name is the pod's name (kube-apiserver, etcd, ...) and its container's.
+	Name string
+	// Binary is the steadyplane executable the container runs, Args its
+	// arguments (the component's subcommand first).
+	Binary string
+	Args   []string
+	// HostPaths are what it reads and writes on the host.
+	HostPaths []HostPath
+	// Liveness is an HTTPS GET on 127.0.0.1 that tells it is alive; nil for
+	// none.
+	Liveness *HTTPSCheck
+}
+
+// HTTPSCheck is a GET https://127.0.0.1:<Port><Path>.
+type HTTPSCheck struct {
+	Port int
+	Path string
+}
+
+// Pod is the component's static pod, as kubeadm writes one: in kube-system,
+// on the host's network, system-node-critical, restarted always, its files
+// by hostPath (the binary's directory read-only).
+func (c Component) Pod() *corev1.Pod {
+	paths := append([]HostPath{{Path: filepath.Dir(c.Binary), ReadOnly: true}}, c.HostPaths...)
+	sort.SliceStable(paths, func(i, j int) bool { return paths[i].Path < paths[j].Path })
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for i, p := range paths {
+		name := fmt.Sprintf("host-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p.Path}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: p.Path, ReadOnly: p.ReadOnly})
+	}
+	grace := int64(30)
+	container := corev1.Container{
+		Name: c.Name, Image: "steadyplane", Command: append([]string{c.Binary}, c.Args...), VolumeMounts: mounts,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	if c.Liveness != nil {
+		container.LivenessProbe = &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
+			InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
+		}
+	}
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: metav1.NamespaceSystem,
+			Labels: map[string]string{"component": c.Name, "tier": "control-plane"}},
+		Spec: corev1.PodSpec{
+			HostNetwork: true, PriorityClassName: "system-node-critical", RestartPolicy: corev1.RestartPolicyAlways,
+			TerminationGracePeriodSeconds: &grace, Volumes: volumes, Containers: []corev1.Container{container},
+		},
+	}
+}
+
+// WriteManifest writes pod into the manifest directory as <name>.yaml,
+// atomically and 0600 (it names the files that hold keys).
+func WriteManifest(dir string, pod *corev1.Pod) error {
+	data, err := yaml.Marshal(pod)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, pod.Name+".yaml"), data, 0o600)
+}
+
+// InstallBinary copies the executable at src into dir as
+// steadyplane-<hash>, unless that copy exists, and returns its path: static
+// pods name a binary that outlives "go run"'s temporary one, and a new
+// build gets a new name, so a manifest changes exactly when its binary does.
+func InstallBinary(src, dir string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", src, err)
+	}
+	dst := filepath.Join(dir, "steadyplane-"+hex.EncodeToString(h.Sum(nil))[:12])
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return "", err
+	}
+	return dst, atomicfile.WriteFile(dst, data, 0o700)
+}
+
+// Components returns etcd, the API server, the controller manager and the
+// scheduler of this control plane as static pods running binary, with the
+// same arguments as their processes and the host paths each one uses.
+func (cp *ControlPlane) Components(binary string) []Component {
+	pki := HostPath{Path: filepath.Join(cp.dataDir, "pki"), ReadOnly: true}
+	list := []Component{
+		{Name: "etcd", Binary: binary, Args: cp.Etcd.Args, HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "etcd")}}},
+		{Name: "kube-apiserver", Binary: binary, Args: cp.APIServer.Args,
+			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "apiserver-certs")}},
+			Liveness:  &HTTPSCheck{Port: cp.opts.APIServerPort, Path: "/livez"}},
+	}
+	if cp.ControllerManager != nil {
+		list = append(list,
+			Component{Name: "kube-controller-manager", Binary: binary, Args: cp.ControllerManager.Args,
+				HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "controller-manager.kubeconfig"), ReadOnly: true}, {Path: filepath.Join(cp.dataDir, "controller-manager")}},
+				Liveness:  &HTTPSCheck{Port: cp.opts.ControllerManagerPort, Path: "/healthz"}},
+			Component{Name: "kube-scheduler", Binary: binary, Args: cp.Scheduler.Args,
+				HostPaths: []HostPath{{Path: filepath.Join(cp.dataDir, "scheduler.kubeconfig"), ReadOnly: true}},
+				Liveness:  &HTTPSCheck{Port: cp.opts.SchedulerPort, Path: "/healthz"}})
+	}
+	return list
+}
