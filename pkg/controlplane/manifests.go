@@ -65,7 +65,7 @@ func (c Component) Pod() *corev1.Pod {
 	}
 	if c.Liveness != nil {
 		container.LivenessProbe = &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
+			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
 			InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
 		}
 	}
