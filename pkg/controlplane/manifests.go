@@ -55,7 +55,14 @@ func (c Component) Pod() *corev1.Pod {
 	var mounts []corev1.VolumeMount
 	for i, p := range paths {
 		name := fmt.Sprintf("host-%d", i)
-		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p.Path}}})
+		source := &corev1.HostPathVolumeSource{Path: p.Path}
+		if !p.ReadOnly {
+			// What a component writes (etcd's data, generated certificates)
+			// may not exist before its first start.
+			t := corev1.HostPathDirectoryOrCreate
+			source.Type = &t
+		}
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: source}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: p.Path, ReadOnly: p.ReadOnly})
 	}
 	grace := int64(30)

@@ -213,14 +213,14 @@ var apiBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.S
 // runWithAPI registers the Node, retrying until an API server answers, then
 // starts the heartbeat, the Lease and the informer of the node's pods.
 func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
-	_ = wait.ExponentialBackoffWithContext(ctx, apiBackoff, func(ctx context.Context) (bool, error) {
+	registered := retryUntilDone(ctx, apiBackoff, func(ctx context.Context) bool {
 		err := a.registerNode(ctx)
 		if err != nil {
 			klog.InfoS("No API server yet; static pods run meanwhile, registration is retried", "err", err)
 		}
-		return err == nil, nil
+		return err == nil
 	})
-	if ctx.Err() != nil {
+	if !registered {
 		return
 	}
 	klog.InfoS("Node registered", "node", a.opts.NodeName)

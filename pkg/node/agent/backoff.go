@@ -1,6 +1,11 @@
 package agent
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
 
 // Crash-loop backoff, as the kubelet's: the first restart is immediate, then
 // 10s doubling to 5 minutes; a container that ran for 10 minutes starts over.
@@ -37,5 +42,25 @@ func ShouldRestart(policy string, exitCode int32) bool {
 		return exitCode != 0
 	default: // Always, and the API's default
 		return true
+	}
+}
+
+// retryUntilDone calls attempt until it reports done or ctx ends, waiting
+// b's delays in between; once the delays reach b.Cap they stay there. Unlike
+// wait.ExponentialBackoff, which stops at the cap, it never gives up: the
+// agent waits for an API server, or retries a deletion, for as long as it
+// runs. It reports whether attempt succeeded.
+func retryUntilDone(ctx context.Context, b wait.Backoff, attempt func(context.Context) bool) bool {
+	for {
+		if attempt(ctx) {
+			return true
+		}
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
 	}
 }

@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"context"
+	"math"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func TestRestartDelay(t *testing.T) {
@@ -41,5 +45,28 @@ func TestShouldRestart(t *testing.T) {
 		if got := ShouldRestart(tt.policy, tt.code); got != tt.want {
 			t.Errorf("ShouldRestart(%q, %d) = %v", tt.policy, tt.code, got)
 		}
+	}
+}
+
+// TestRetryUntilDoneOutlastsTheCap checks that retries go on at the cap,
+// where wait.ExponentialBackoff gives up (the agent once took "no API server
+// for 31s" as registered), and that a cancelled context ends them.
+func TestRetryUntilDoneOutlastsTheCap(t *testing.T) {
+	b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: 4 * time.Millisecond, Steps: math.MaxInt32}
+	attempts := 0
+	ok := retryUntilDone(context.Background(), b, func(context.Context) bool {
+		attempts++
+		return attempts == 20
+	})
+	if !ok || attempts != 20 {
+		t.Errorf("retryUntilDone = %v after %d attempts, want success at the 20th", ok, attempts)
+	}
+	if err := wait.ExponentialBackoffWithContext(context.Background(), b, func(context.Context) (bool, error) { return false, nil }); err == nil {
+		t.Error("wait.ExponentialBackoff no longer gives up at its cap; retryUntilDone may be simplified")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if retryUntilDone(ctx, b, func(context.Context) bool { return false }) {
+		t.Error("retryUntilDone succeeded without a successful attempt")
 	}
 }

@@ -720,14 +720,14 @@ var deleteBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Ca
 // error (the API server down, a timeout) is logged and retried with backoff,
 // so that a terminated pod never stays in the API with its deletion pending.
 func removeUntilGone(ctx context.Context, pod klog.ObjectRef, b wait.Backoff, del func(context.Context) error) {
-	_ = wait.ExponentialBackoffWithContext(ctx, b, func(ctx context.Context) (bool, error) {
+	retryUntilDone(ctx, b, func(ctx context.Context) bool {
 		err := del(ctx)
 		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return true, nil
+			return true
 		}
 		klog.ErrorS(err, "Removing a terminated pod; will retry", "pod", pod)
 		deleteRetries.Inc()
-		return false, nil
+		return false
 	})
 }
 
