@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,17 +19,8 @@ import (
 // drops below the replicas. The same rollout in a namespace without the
 // gate is measured too, and its low point logged (not asserted).
 func TestRolloutWaitsForTheLoadBalancer(t *testing.T) {
-	bin, dataDir, ports, ctx := setup(t, 12*time.Minute)
 	block := readmeBlock(t, "A Deployment whose rollout waits for the load balancer")
-	work := filepath.Dir(dataDir)
-	dataDir = filepath.Join(work, ".steadyplane")
-	up := startUp(t, bin, dataDir, ports)
-	up.waitUp(t, 4*time.Minute)
-	defer up.stop(t)
-	k, err := testenv.Kubectl()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, dataDir, run := startWalkthrough(t, 12*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dataDir, "admin.kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
@@ -40,17 +29,6 @@ func TestRolloutWaitsForTheLoadBalancer(t *testing.T) {
 
 	// The walkthrough runs in two pieces: up to the rollout, then, once
 	// every pod serves and the sampler is steady, the rollout itself.
-	run := func(name, script string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		t.Logf("%s:\n%s", name, out)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
 	rollout := func(name, ns, script string) (int, int) {
 		t.Helper()
 		i := strings.Index(script, "kubectl -n "+ns+" set env")

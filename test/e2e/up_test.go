@@ -329,36 +329,48 @@ func readmeBlock(t *testing.T, heading string) string {
 	return block
 }
 
+// startWalkthrough starts "up" with its data in <work>/.steadyplane, where
+// the README's walkthroughs expect it, and returns the context, the data
+// directory and a function that runs a bash script in <work> with kubectl on
+// the PATH and returns its output, failing the test if the script fails.
+func startWalkthrough(t *testing.T, timeout time.Duration) (context.Context, string, func(name, script string) string) {
+	t.Helper()
+	bin, dataDir, ports, ctx := setup(t, timeout)
+	work := filepath.Dir(dataDir)
+	dataDir = filepath.Join(work, ".steadyplane")
+	up := startUp(t, bin, dataDir, ports)
+	up.waitUp(t, 4*time.Minute)
+	t.Cleanup(func() { up.stop(t) })
+	k, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, dataDir, func(name, script string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		t.Logf("%s:\n%s", name, out)
+		if err != nil {
+			t.Fatalf("%s failed: %v", name, err)
+		}
+		return string(out)
+	}
+}
+
 // TestReadmeWalkthroughs runs the README's walkthroughs verbatim against one
 // "steadyplane up", with kubectl as the client: Deployments, Services and
 // namespace deletion (controller manager and scheduler), pods (logs, exec,
 // port-forward) and readiness gates.
 func TestReadmeWalkthroughs(t *testing.T) {
-	bin, dataDir, ports, ctx := setup(t, 10*time.Minute)
 	deployments := readmeBlock(t, "Deployments, services and namespaces")
 	pods := readmeBlock(t, "Pods on the node")
 	gates := readmeBlock(t, "Pods with readiness gates")
-	// The walkthroughs run where "up" keeps its data in ./.steadyplane.
-	work := filepath.Dir(dataDir)
-	dataDir = filepath.Join(work, ".steadyplane")
-	up := startUp(t, bin, dataDir, ports)
-	up.waitUp(t, 4*time.Minute)
-	defer up.stop(t)
-	k, err := testenv.Kubectl()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, script := startWalkthrough(t, 10*time.Minute)
 	run := func(name, block string) []string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		t.Logf("%s walkthrough output:\n%s", name, out)
-		if err != nil {
-			t.Fatalf("the README's %s walkthrough failed: %v", name, err)
-		}
-		return strings.Split(strings.TrimSpace(string(out)), "\n")
+		return strings.Split(strings.TrimSpace(script("the README's "+name+" walkthrough", block)), "\n")
 	}
 
 	var rollouts int
