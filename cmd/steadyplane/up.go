@@ -50,6 +50,7 @@ refused.`,
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (127.0.0.1).")
+	fs.BoolVar(&o.StaticPods, "static-pods", o.StaticPods, "Run etcd, the API server, the controller manager and the scheduler as static pods on the node agent (needs the runc runtime; otherwise, or when false, as child processes of up).")
 	fs.BoolVar(&o.Controllers, "controllers", o.Controllers, "Run the controller manager and the scheduler.")
 	fs.IntVar(&o.ControllerManagerPort, "controller-manager-port", o.ControllerManagerPort, "Secure port of the controller manager on 127.0.0.1 (health, metrics).")
 	fs.IntVar(&o.SchedulerPort, "scheduler-port", o.SchedulerPort, "Secure port of the scheduler on 127.0.0.1 (health, metrics).")

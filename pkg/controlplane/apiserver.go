@@ -104,7 +104,7 @@ func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return WaitReadyz(ctx, cfg, cp.APIServer, cp.opts.ReadyTimeout, cp.progressf)
+	return WaitReadyz(ctx, cfg, cp.runs(cp.APIServer), cp.opts.ReadyTimeout, cp.progressf)
 }
 
 // WaitReadyz waits until the API server cfg points at answers /readyz with
@@ -133,7 +133,7 @@ func WaitReadyz(ctx context.Context, cfg *rest.Config, p *Process, timeout time.
 		}
 		if progressf != nil && time.Since(lastShown) >= 3*time.Second {
 			lastShown = time.Now()
-			progressf("  waiting for %s: %s", p.Name, status)
+			progressf("  waiting for the API server: %s", status)
 		}
 		return false, status
 	})

@@ -124,17 +124,20 @@ func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string)
 	return path, clientconfig.WriteKubeconfig(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
 }
 
-// StartControllers starts the controller manager and the scheduler and
-// waits until each leads, reporting both.
+// StartControllers starts the controller manager and the scheduler (unless
+// the node agent runs them as static pods) and waits until each leads,
+// reporting both.
 func (cp *ControlPlane) StartControllers(ctx context.Context) error {
 	for _, c := range []struct {
 		p    *Process
 		wait func(context.Context) error
 	}{{cp.ControllerManager, cp.WaitControllerManagerReady}, {cp.Scheduler, cp.WaitSchedulerReady}} {
-		cp.progressf("starting %s (log: %s)", c.p.Name, c.p.LogPath)
 		start := time.Now()
-		if err := c.p.Start(); err != nil {
-			return err
+		if !cp.staticPods {
+			cp.progressf("starting %s (log: %s)", c.p.Name, c.p.LogPath)
+			if err := c.p.Start(); err != nil {
+				return err
+			}
 		}
 		if err := c.wait(ctx); err != nil {
 			return err
@@ -155,7 +158,7 @@ func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.ControllerManager, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.runs(cp.ControllerManager), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return false, err.Error()
 		}
@@ -176,6 +179,7 @@ func (cp *ControlPlane) waitLeader(ctx context.Context, p *Process, name string)
 	if err != nil {
 		return err
 	}
+	p = cp.runs(p)
 	started := time.Now()
 	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		l, err := client.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, name, metav1.GetOptions{})

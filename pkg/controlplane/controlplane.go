@@ -33,6 +33,12 @@ type ControlPlane struct {
 	lock       *os.File
 
 	Etcd, APIServer, ControllerManager, Scheduler, Node, Readiness *Process
+
+	// nodeRuntime is the node agent's runtime on this machine (runc or
+	// process); staticPods is set when Run runs the control plane as
+	// static pods on the node agent.
+	nodeRuntime string
+	staticPods  bool
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
@@ -124,6 +130,15 @@ func (cp *ControlPlane) DataDir() string { return cp.dataDir }
 
 // PKI returns the certificates and keys of the control plane.
 func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
+
+// runs is the process whose death ends a wait for p to be ready: p itself,
+// or the node agent that runs it as a static pod.
+func (cp *ControlPlane) runs(p *Process) *Process {
+	if cp.staticPods && p != cp.Node && p != cp.Readiness {
+		return cp.Node
+	}
+	return p
+}
 
 // store is the control plane's PKI directory, reporting what it issues.
 func (cp *ControlPlane) store() *pki.Store {

@@ -89,7 +89,7 @@ func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return poll(ctx, cp.Etcd, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.runs(cp.Etcd), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {

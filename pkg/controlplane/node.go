@@ -51,6 +51,7 @@ func (cp *ControlPlane) prepareNode() error {
 	if err != nil {
 		return err
 	}
+	cp.nodeRuntime = name
 	if warning != "" {
 		cp.progressf("WARNING: %s", warning)
 	} else {

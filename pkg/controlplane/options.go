@@ -32,6 +32,9 @@ type Options struct {
 	// AlternativeServices turns on the KEP-3037 Alt-Svc filter. A single
 	// server advertises nothing; it matters once more API servers share etcd.
 	AlternativeServices bool
+	// StaticPods runs the control plane as static pods on the node agent
+	// (with runc; otherwise as child processes).
+	StaticPods bool
 	// Controllers starts the controller manager and the scheduler.
 	Controllers bool
 	// ControllerManagerPort and SchedulerPort are their secure ports on
@@ -84,6 +87,7 @@ func NewOptions() *Options {
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
 		AlternativeServices:        true,
+		StaticPods:                 true,
 		Controllers:                true,
 		ControllerManagerPort:      10257,
 		SchedulerPort:              10259,

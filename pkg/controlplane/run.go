@@ -2,17 +2,32 @@ package controlplane
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// Stop stops the API server, then etcd, each with the configured grace.
+// Stop stops what runs, in reverse order, each with the configured grace:
+// the readiness controller, then (as static pods) the controllers and the
+// API server, then the node agent with its pods and etcd; or, as child
+// processes, the node agent, the controllers, the API server and etcd.
 func (cp *ControlPlane) Stop() {
 	for _, p := range []*Process{cp.Readiness, cp.Node, cp.Scheduler, cp.ControllerManager, cp.APIServer, cp.Etcd} {
 		if p == nil || p.Exited() == nil {
 			continue
+		}
+		if p == cp.Node && cp.staticPods {
+			// The controllers hand their leases back while the API server
+			// still answers, and the API server goes before etcd.
+			cp.stopStaticPods("kube-scheduler", "kube-controller-manager")
+			cp.stopStaticPods("kube-apiserver")
 		}
 		select {
 		case <-p.Exited():
@@ -32,8 +47,12 @@ func (cp *ControlPlane) Stop() {
 	}
 }
 
-// Run is "steadyplane up": prepare, start etcd and the API server, print how
-// to reach the cluster, restart a child that dies, and stop both when ctx ends.
+// Run is "steadyplane up": prepare, run the control plane, print how to
+// reach the cluster, restart what dies, and stop everything when ctx ends.
+// With runc on this node the control plane runs as static pods on the node
+// agent, as kubeadm and the kubelet do: the agent runs and restarts them,
+// with no API server needed. Without runc (host processes cannot mount their
+// files) "up" runs each component as its own child process instead.
 func Run(ctx context.Context, o Options) error {
 	cp, err := Prepare(o)
 	if err != nil {
@@ -42,7 +61,97 @@ func Run(ctx context.Context, o Options) error {
 	defer cp.Close()
 	defer cp.Stop()
 	cp.progressf("data directory %s (certificates in pki/, logs in logs/)", cp.dataDir)
+	cp.staticPods = cp.opts.StaticPods && cp.Node != nil && cp.nodeRuntime == "runc"
+	if cp.staticPods {
+		err = cp.runStaticPods(ctx)
+	} else {
+		err = cp.runProcesses(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if cp.Readiness != nil {
+		cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
+		start := time.Now()
+		if err := cp.StartReadinessController(ctx); err != nil {
+			return err
+		}
+		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", time.Since(start).Seconds())
+	}
+	cp.progressf("kubeconfig: %s", cp.kubeconfig)
+	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
+	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.kubeconfig)
+	cp.progressf("steadyplane is up; press Ctrl-C to stop")
+	return cp.supervise(ctx)
+}
 
+// runStaticPods writes the control plane's static pods (running a copy of
+// the binary kept in the data directory), starts the node agent and waits
+// for each component in turn.
+func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
+	bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
+	if err != nil {
+		return fmt.Errorf("installing the binary for the static pods: %w", err)
+	}
+	manifests := filepath.Join(cp.dataDir, "manifests")
+	components := cp.Components(bin)
+	// etcd and the API server first; the controllers once the API server
+	// answers, so that they do not crash-loop (and back off) meanwhile.
+	write := func(names ...string) error {
+		for _, c := range components {
+			if slices.Contains(names, c.Name) {
+				if err := WriteManifest(manifests, c.Pod()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	// The last run's controllers must not start before the API server
+	// either (nor at all, if they are switched off now).
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler"} {
+		if err := os.Remove(filepath.Join(manifests, name+".yaml")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := write("etcd", "kube-apiserver"); err != nil {
+		return err
+	}
+	cp.progressf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", manifests)
+	cp.progressf("starting node agent %s (log: %s)", cp.opts.NodeName, cp.Node.LogPath)
+	start := time.Now()
+	if err := cp.Node.Start(); err != nil {
+		return err
+	}
+	if err := cp.waitEtcd(ctx); err != nil {
+		return err
+	}
+	cp.progressf("etcd ready in %.1fs (%s)", time.Since(start).Seconds(), cp.etcdClientURL())
+	if err := cp.WaitAPIServerReady(ctx); err != nil {
+		return err
+	}
+	cp.progressf("apiserver ready in %.1fs (%s)", time.Since(start).Seconds(), cp.APIServerURL())
+	if cp.ControllerManager != nil {
+		if err := write("kube-controller-manager", "kube-scheduler"); err != nil {
+			return err
+		}
+		if err := cp.StartControllers(ctx); err != nil {
+			return err
+		}
+	}
+	if err := cp.WaitNodeReady(ctx); err != nil {
+		return err
+	}
+	cp.progressf("node %s ready in %.1fs", cp.opts.NodeName, time.Since(start).Seconds())
+	return nil
+}
+
+// runProcesses starts etcd, the API server, the controllers and the node
+// agent as child processes, each once the one before is ready.
+func (cp *ControlPlane) runProcesses(ctx context.Context) error {
+	if cp.Node != nil && cp.opts.StaticPods {
+		cp.progressf("control plane: child processes (static pods need the runc runtime)")
+	}
 	cp.progressf("starting etcd (log: %s)", cp.Etcd.LogPath)
 	d, err := cp.StartEtcd(ctx)
 	if err != nil {
@@ -75,19 +184,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, time.Since(start).Seconds(), filepath.Join(cp.dataDir, "manifests"))
 	}
-	if cp.Readiness != nil {
-		cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
-		start = time.Now()
-		if err := cp.StartReadinessController(ctx); err != nil {
-			return err
-		}
-		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", time.Since(start).Seconds())
-	}
-	cp.progressf("kubeconfig: %s", cp.kubeconfig)
-	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
-	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.kubeconfig)
-	cp.progressf("steadyplane is up; press Ctrl-C to stop")
-	return cp.supervise(ctx)
+	return nil
 }
 
 // supervise restarts a child that exits until ctx ends, with the kubelet's
@@ -153,4 +250,37 @@ func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowco
 	}
 	cp.progressf("%s ready again", p.Name)
 	return nil
+}
+
+// stopStaticPods removes the components' manifests, so that the node agent
+// stops them with their grace period, and waits until they are gone.
+func (cp *ControlPlane) stopStaticPods(names ...string) {
+	subcommands := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager", "kube-apiserver": "apiserver"}
+	var running []string
+	for _, name := range names {
+		cp.progressf("stopping %s", name)
+		_ = os.Remove(filepath.Join(cp.dataDir, "manifests", name+".yaml"))
+		running = append(running, subcommands[name])
+	}
+	binDir := filepath.Join(cp.dataDir, "bin") + "/"
+	for deadline := time.Now().Add(nodeStopGrace); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if !anyProcess(func(argv []string) bool {
+			return len(argv) > 1 && strings.HasPrefix(argv[0], binDir) && slices.Contains(running, argv[1])
+		}) {
+			return
+		}
+	}
+	cp.progressf("%v still running after %v; the node agent stops them now", names, nodeStopGrace)
+}
+
+// anyProcess reports whether some process's argument list matches.
+func anyProcess(match func(argv []string) bool) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && match(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")) {
+			return true
+		}
+	}
+	return false
 }

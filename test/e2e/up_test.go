@@ -231,8 +231,12 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 		t.Errorf("expected etcd and apiserver children, found pids %v", childPids(dataDir))
 	}
 	first.stop(t)
-	if !strings.Contains(first.text(), "stopping apiserver") || !strings.Contains(first.text(), "stopping etcd") {
-		t.Errorf("shutdown did not stop apiserver then etcd:\n%s", first.text())
+	// Static pods stop in order: the controllers (handing back their
+	// leases), the API server, then the node agent with etcd.
+	text := first.text()
+	order := []int{strings.Index(text, "stopping kube-scheduler"), strings.Index(text, "stopping kube-apiserver"), strings.Index(text, "stopping node")}
+	if order[0] < 0 || order[0] > order[1] || order[1] > order[2] {
+		t.Errorf("shutdown did not stop the controllers, the API server, then the node agent (with etcd):\n%s", text)
 	}
 	if pids := childPids(dataDir); len(pids) != 0 {
 		t.Errorf("processes left running after up stopped: %v", pids)
@@ -251,36 +255,56 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 }
 
 // TestUpRestartsDeadComponents kills -9 the API server, the controller
-// manager and the scheduler in turn: "up" restarts each, the controllers take
-// their leader leases again, and the cluster answers kubectl.
+// manager and the scheduler in turn. The node agent runs them as static pods
+// and starts each again; the controllers take their leader leases again
+// (a new holder), and the cluster answers kubectl.
 func TestUpRestartsDeadComponents(t *testing.T) {
 	bin, dataDir, ports, ctx := setup(t, 8*time.Minute)
 	p := startUp(t, bin, dataDir, ports)
 	p.waitUp(t, 4*time.Minute)
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
-	for _, component := range []string{"apiserver", "controller-manager", "scheduler"} {
-		var pid int
-		for _, child := range childPids(dataDir) {
-			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(child), "cmdline"))
-			if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), bin+" "+component+" ") {
-				pid = child
+	if !strings.Contains(p.text(), "control plane: static pods") {
+		t.Fatalf("up did not run the control plane as static pods:\n%s", p.text())
+	}
+	// componentPid finds the component's process: the binary installed in
+	// the data directory, run with the component's subcommand.
+	componentPid := func(subcommand string) int {
+		for _, pid := range childPids(dataDir) {
+			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+			argv := strings.Split(string(b), "\x00")
+			if len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == subcommand {
+				return pid
 			}
 		}
+		return 0
+	}
+	holder := func(lease string) string {
+		out, _ := kubectl(t, ctx, kubeconfig, "get", "lease", "-n", "kube-system", lease, "-o", "jsonpath={.spec.holderIdentity}")
+		return strings.TrimSpace(out)
+	}
+	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}} {
+		pid := componentPid(c.subcommand)
 		if pid == 0 {
-			t.Fatalf("%s child not found", component)
+			t.Fatalf("%s process not found", c.subcommand)
+		}
+		before := ""
+		if c.lease != "" {
+			before = holder(c.lease)
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(3 * time.Minute)
-		for !strings.Contains(p.text(), component+" ready again") {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not restarted:\n%s", component, p.text())
+		for {
+			again := componentPid(c.subcommand)
+			_, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name")
+			if again != 0 && again != pid && err == nil && (c.lease == "" || holder(c.lease) != before) {
+				break
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if got, err := kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name"); err != nil {
-			t.Errorf("after restarting %s: %v\n%s", component, err, got)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not back after kill -9 (pid %d -> %d, kubectl %v)", c.subcommand, pid, again, err)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
 	}
 	p.stop(t)
