@@ -39,6 +39,8 @@ type ControlPlane struct {
 	// static pods on the node agent.
 	nodeRuntime string
 	staticPods  bool
+	// bin is the binary the static pods run.
+	bin string
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
@@ -134,7 +136,7 @@ func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
 // runs is the process whose death ends a wait for p to be ready: p itself,
 // or the node agent that runs it as a static pod.
 func (cp *ControlPlane) runs(p *Process) *Process {
-	if cp.staticPods && p != cp.Node && p != cp.Readiness {
+	if cp.staticPods && p != cp.Node {
 		return cp.Node
 	}
 	return p

@@ -236,8 +236,8 @@ func TestComponentManifests(t *testing.T) {
 	}
 	manifests := t.TempDir()
 	components := cp.Components(bin)
-	if len(components) != 4 {
-		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler", len(components))
+	if len(components) != 5 {
+		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler, readiness controller", len(components))
 	}
 	for _, c := range components {
 		if err := WriteManifest(manifests, c.Pod()); err != nil {

@@ -128,9 +128,13 @@ func InstallBinary(src, dir string) (string, error) {
 	return dst, atomicfile.WriteFile(dst, data, 0o700)
 }
 
-// Components returns etcd, the API server, the controller manager and the
-// scheduler of this control plane as static pods running binary, with the
-// same arguments as their processes and the host paths each one uses.
+// readinessPod is the readiness controller's static pod.
+const readinessPod = "steadyplane-readiness-controller"
+
+// Components returns etcd, the API server, the controller manager, the
+// scheduler and the readiness controller of this control plane as static
+// pods running binary, with the same arguments as their processes and the
+// host paths each one uses.
 func (cp *ControlPlane) Components(binary string) []Component {
 	pki := HostPath{Path: filepath.Join(cp.dataDir, "pki"), ReadOnly: true}
 	list := []Component{
@@ -147,6 +151,10 @@ func (cp *ControlPlane) Components(binary string) []Component {
 			Component{Name: "kube-scheduler", Binary: binary, Args: cp.Scheduler.Args,
 				HostPaths: []HostPath{{Path: filepath.Join(cp.dataDir, "scheduler.kubeconfig"), ReadOnly: true}},
 				Liveness:  &HTTPSCheck{Port: cp.opts.SchedulerPort, Path: "/healthz"}})
+	}
+	if cp.Readiness != nil {
+		list = append(list, Component{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,
+			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "readiness-controller.kubeconfig"), ReadOnly: true}}})
 	}
 	return list
 }

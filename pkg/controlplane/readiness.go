@@ -40,7 +40,8 @@ func (cp *ControlPlane) prepareReadiness() error {
 }
 
 // StartReadinessController grants the controller its RBAC (with the admin
-// credentials), starts it and waits until its webhook is registered.
+// credentials), starts it (as a static pod, or a child process) and waits
+// until its webhook is registered.
 func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {
@@ -49,7 +50,15 @@ func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
 	if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
 		return err
 	}
-	if err := cp.Readiness.Start(); err != nil {
+	if cp.staticPods {
+		for _, c := range cp.Components(cp.bin) {
+			if c.Name == readinessPod {
+				if err := WriteManifest(filepath.Join(cp.dataDir, "manifests"), c.Pod()); err != nil {
+					return err
+				}
+			}
+		}
+	} else if err := cp.Readiness.Start(); err != nil {
 		return err
 	}
 	return cp.WaitReadinessControllerReady(ctx)
@@ -61,7 +70,7 @@ func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error 
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.Readiness, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.runs(cp.Readiness), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "steadyplane-readiness-gates", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -26,7 +26,7 @@ func (cp *ControlPlane) Stop() {
 		if p == cp.Node && cp.staticPods {
 			// The controllers hand their leases back while the API server
 			// still answers, and the API server goes before etcd.
-			cp.stopStaticPods("kube-scheduler", "kube-controller-manager")
+			cp.stopStaticPods(readinessPod, "kube-scheduler", "kube-controller-manager")
 			cp.stopStaticPods("kube-apiserver")
 		}
 		select {
@@ -71,7 +71,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	if cp.Readiness != nil {
-		cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
+		if cp.staticPods {
+			cp.progressf("starting readiness-gate webhook and controller (static pod %s)", readinessPod)
+		} else {
+			cp.progressf("starting readiness-gate webhook and controller (log: %s)", cp.Readiness.LogPath)
+		}
 		start := time.Now()
 		if err := cp.StartReadinessController(ctx); err != nil {
 			return err
@@ -93,6 +97,7 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("installing the binary for the static pods: %w", err)
 	}
+	cp.bin = bin
 	manifests := filepath.Join(cp.dataDir, "manifests")
 	components := cp.Components(bin)
 	// etcd and the API server first; the controllers once the API server
@@ -109,7 +114,7 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 	}
 	// The last run's controllers must not start before the API server
 	// either (nor at all, if they are switched off now).
-	for _, name := range []string{"kube-controller-manager", "kube-scheduler"} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", readinessPod} {
 		if err := os.Remove(filepath.Join(manifests, name+".yaml")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -255,7 +260,7 @@ func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowco
 // stopStaticPods removes the components' manifests, so that the node agent
 // stops them with their grace period, and waits until they are gone.
 func (cp *ControlPlane) stopStaticPods(names ...string) {
-	subcommands := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager", "kube-apiserver": "apiserver"}
+	subcommands := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager", "kube-apiserver": "apiserver", readinessPod: "readiness-controller"}
 	var running []string
 	for _, name := range names {
 		cp.progressf("stopping %s", name)

@@ -255,7 +255,7 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 }
 
 // TestUpRestartsDeadComponents kills -9 the API server, the controller
-// manager and the scheduler in turn. The node agent runs them as static pods
+// manager, the scheduler and the readiness controller in turn. The node agent runs them as static pods
 // and starts each again; the controllers take their leader leases again
 // (a new holder), and the cluster answers kubectl.
 func TestUpRestartsDeadComponents(t *testing.T) {
@@ -282,7 +282,7 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 		out, _ := kubectl(t, ctx, kubeconfig, "get", "lease", "-n", "kube-system", lease, "-o", "jsonpath={.spec.holderIdentity}")
 		return strings.TrimSpace(out)
 	}
-	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}} {
+	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}, {"readiness-controller", ""}} {
 		pid := componentPid(c.subcommand)
 		if pid == 0 {
 			t.Fatalf("%s process not found", c.subcommand)
@@ -411,6 +411,15 @@ func TestReadmeWalkthroughs(t *testing.T) {
 	}
 	if rollouts != 2 || !slice || !deleted {
 		t.Errorf("deployment walkthrough: %d rollouts (want 2), an EndpointSlice with three addresses %v, namespace deleted %v", rollouts, slice, deleted)
+	}
+
+	// A pod's service-account token is mounted and the API server accepts it.
+	whoami := script("a pod's service-account token", `export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig
+T=$(kubectl exec deploy/web -- cat /var/run/secrets/kubernetes.io/serviceaccount/token)
+S=$(kubectl config view -o jsonpath='{.clusters[0].cluster.server}')
+kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplane/pki/ca.crt --token="$T" auth whoami -o jsonpath='{.status.userInfo.username}'`)
+	if !strings.HasSuffix(strings.TrimSpace(whoami), "system:serviceaccount:default:default") {
+		t.Errorf("the pod's token authenticates as %q, want system:serviceaccount:default:default", whoami)
 	}
 
 	var hostname, listing, logged bool

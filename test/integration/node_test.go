@@ -141,7 +141,7 @@ func TestNodeAgent(t *testing.T) {
 		}
 	})
 
-	t.Run("an agent killed and restarted runs each container exactly once", func(t *testing.T) {
+	t.Run("an agent killed: the node goes unreachable, pods keep running; restarted, it runs each container exactly once", func(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3601"},
 		}}}}
@@ -152,10 +152,53 @@ func TestNodeAgent(t *testing.T) {
 			n := countProcesses("sleep\x003601")
 			return n == 1, fmt.Sprintf("%d processes", n)
 		})
-		restartNodeAgent(t, cp, syscall.SIGKILL)
+		// While the agent is gone the controller manager's node lifecycle
+		// controller marks the node unreachable (Ready Unknown and the
+		// unreachable taint, after its 50s grace); the pods keep running.
+		if err := cp.Node.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-cp.Node.Exited()
+		stopped := time.Now()
+		waitFor(ctx, t, 2*time.Minute, "the node Ready Unknown and tainted unreachable", func() (bool, string) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var ready corev1.NodeCondition
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					ready = c
+				}
+			}
+			tainted := false
+			for _, taint := range n.Spec.Taints {
+				tainted = tainted || taint.Key == corev1.TaintNodeUnreachable
+			}
+			return ready.Status == corev1.ConditionUnknown && ready.Reason == "NodeStatusUnknown" && tainted, fmt.Sprintf("Ready %s %s, taints %v", ready.Status, ready.Reason, n.Spec.Taints)
+		})
+		t.Logf("node unreachable %v after the agent died", time.Since(stopped).Round(time.Second))
+		if n := countProcesses("sleep\x003601"); n != 1 {
+			t.Errorf("%d survivor processes while the agent was gone", n)
+		}
+		if err := cp.Node.Start(); err != nil {
+			t.Fatal(err)
+		}
 		if err := cp.WaitNodeReady(ctx); err != nil {
 			t.Fatal(err)
 		}
+		waitFor(ctx, t, time.Minute, "the unreachable taint removed", func() (bool, string) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, taint := range n.Spec.Taints {
+				if taint.Key == corev1.TaintNodeUnreachable {
+					return false, fmt.Sprintf("taints %v", n.Spec.Taints)
+				}
+			}
+			return true, ""
+		})
 		waitFor(ctx, t, time.Minute, "the survivor running again", func() (bool, string) {
 			n := countProcesses("sleep\x003601")
 			return n == 1, fmt.Sprintf("%d processes", n)
