@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +13,18 @@ import (
 // temporary file in the same directory, syncs it, renames it over path and
 // syncs the directory so the rename itself survives a crash. The directory must
 // exist. On error path is left as it was and the temporary file is removed.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return writeFile(path, data, perm, nil)
+}
+
+// errCrashed stands for the process dying at a step (in tests only): nothing
+// after it runs, not even the cleanup.
+var errCrashed = errors.New("crashed")
+
+// writeFile is WriteFile; crash, when not nil, is asked after every step
+// whether the process dies there.
+func writeFile(path string, data []byte, perm os.FileMode, crash func(step string) bool) (err error) {
+	dies := func(step string) bool { return crash != nil && crash(step) }
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -22,27 +34,78 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && err != errCrashed {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
 		}
 	}()
+	if dies("create") {
+		return errCrashed
+	}
 	// CreateTemp makes the file 0600; set the final mode before any byte lands
 	// so a secret is never readable by others, not even briefly.
 	if err = tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if _, err = tmp.Write(data); err != nil {
+	half := len(data) / 2
+	if _, err = tmp.Write(data[:half]); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if dies("half written") {
+		return errCrashed
+	}
+	if _, err = tmp.Write(data[half:]); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("writing %s: sync: %w", path, err)
+	}
+	if dies("synced") {
+		return errCrashed
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if dies("renamed") {
+		return errCrashed
+	}
+	return syncDir(dir)
+}
+
+// Symlink points the symbolic link path at target atomically: a new link
+// under a temporary name is renamed over path (a rename replaces a link in
+// one step; removing and re-creating it leaves a moment without one).
+func Symlink(target, path string) error {
+	return symlink(target, path, nil)
+}
+
+func symlink(target, path string, crash func(step string) bool) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("linking %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_ = f.Close()
+	// The name was only reserved; the link takes its place.
+	if err := os.Remove(tmp); err != nil {
+		return fmt.Errorf("linking %s: %w", path, err)
+	}
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s: %w", path, err)
+	}
+	if crash != nil && crash("linked") {
+		return errCrashed
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking %s: %w", path, err)
 	}
 	return syncDir(dir)
 }

@@ -1,0 +1,74 @@
+package monitor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+)
+
+func TestDecide(t *testing.T) {
+	ok := &Probe{OK: true, Body: "[+]ping ok\n[+]etcd ok\nreadyz check passed"}
+	etcdDown := &Probe{Body: "[+]ping ok\n[-]etcd failed: reason withheld\n[+]poststarthook/start-apiextensions-informers ok\n"}
+	hookPending := &Probe{Body: "[+]ping ok\n[+]etcd ok\n[-]poststarthook/steadyplane-test-never-finishes failed: reason withheld\n[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n"}
+	good := &MirrorPod{Revision: "3", Ready: true}
+	to := Timeouts{FirstStart: 30 * time.Second, Ready: 5 * time.Minute}
+	early, late := 10*time.Second, 6*time.Minute
+	running := func(o Observation) Observation {
+		o.OperandRevision, o.StartAttempts, o.Running = "3", 1, true
+		return o
+	}
+	cases := []struct {
+		name    string
+		o       Observation
+		action  Action
+		reason  fallback.Reason
+		message string // a part of it
+	}{
+		{"another revision's manifest: wait, however long", Observation{OperandRevision: "2", Watched: late}, Wait, "", `revision "2"`},
+		{"no revision on the manifest: wait", Observation{Watched: late}, Wait, "", `revision ""`},
+		{"a manifest the agent cannot run falls back at once", Observation{OperandRevision: "3", ManifestError: "yaml: line 3: did not find expected key"}, FallBack, fallback.NeverStartedUp, "did not find expected key"},
+		{"no start attempt yet", Observation{OperandRevision: "3", Watched: early}, Wait, fallback.NeverStartedUp, "first start"},
+		{"no start attempt within the first-start timeout", Observation{OperandRevision: "3", Watched: 30 * time.Second}, FallBack, fallback.NeverStartedUp, "within 30s"},
+		{"a second start of an unhealthy server is a crash loop, at once", Observation{OperandRevision: "3", StartAttempts: 2, LastTermination: "exit code 1: unknown flag: --no-such-flag", Watched: early},
+			FallBack, fallback.CrashLooping, "unknown flag: --no-such-flag"},
+		{"a second start that is down between runs is a crash loop", Observation{OperandRevision: "3", StartAttempts: 2, Healthz: ok, Watched: early}, FallBack, fallback.CrashLooping, "started 2 times"},
+		{"restarted once, now running and healthy: not a crash loop", running(Observation{StartAttempts: 2, Healthz: ok, Readyz: ok, Mirror: good}), Ready, "", "ready"},
+		{"started, /healthz not answering yet", running(Observation{Watched: early}), Wait, fallback.Unhealthy, "does not answer"},
+		{"/healthz never answering", running(Observation{Watched: late}), FallBack, fallback.Unhealthy, "after 5m0s"},
+		{"/healthz failing for etcd", running(Observation{Healthz: etcdDown, Watched: late}), FallBack, fallback.EtcdUnhealthy, "etcd"},
+		{"/readyz failing for etcd, before the timeout", running(Observation{Healthz: ok, Readyz: etcdDown, Watched: early}), Wait, fallback.EtcdUnhealthy, "etcd"},
+		{"/readyz failing for etcd", running(Observation{Healthz: ok, Readyz: etcdDown, Watched: late}), FallBack, fallback.EtcdUnhealthy, "unfinished: etcd"},
+		{"/readyz failing for post-start hooks, named", running(Observation{Healthz: ok, Readyz: hookPending, Watched: late}), FallBack, fallback.NotReady,
+			"poststarthook/steadyplane-test-never-finishes, poststarthook/rbac/bootstrap-roles"},
+		{"/readyz not answering", running(Observation{Healthz: ok, Watched: late}), FallBack, fallback.NotReady, "/readyz does not answer"},
+		{"no mirror pod yet", running(Observation{Healthz: ok, Readyz: ok, Watched: early}), Wait, fallback.NotReady, "no mirror pod"},
+		{"no mirror pod in time", running(Observation{Healthz: ok, Readyz: ok, Watched: late}), FallBack, fallback.NotReady, "no mirror pod"},
+		{"the mirror pod shows another revision", running(Observation{Healthz: ok, Readyz: ok, Mirror: &MirrorPod{Revision: "2", Ready: true}, Watched: late}), FallBack, fallback.NotReady, `revision "2"`},
+		{"the mirror pod not Ready", running(Observation{Healthz: ok, Readyz: ok, Mirror: &MirrorPod{Revision: "3"}, Watched: late}), FallBack, fallback.NotReady, "not Ready"},
+		{"ready", running(Observation{Healthz: ok, Readyz: ok, Mirror: good, Watched: early}), Ready, "", "revision 3 is ready"},
+		{"ready, late", running(Observation{Healthz: ok, Readyz: ok, Mirror: good, Watched: late}), Ready, "", "ready"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide("3", c.o, to)
+			if v.Action != c.action || v.Reason != c.reason || !strings.Contains(v.Message, c.message) {
+				t.Errorf("Decide = %v %q %q, want %v %q with %q", v.Action, v.Reason, v.Message, c.action, c.reason, c.message)
+			}
+		})
+	}
+}
+
+func TestFailedChecks(t *testing.T) {
+	for body, want := range map[string]string{
+		"[+]ping ok\n[-]etcd failed: reason withheld\n[-]poststarthook/x failed: reason withheld\nhealthz check failed": "etcd,poststarthook/x",
+		"[-]etcd-readiness failed: reason withheld": "etcd-readiness",
+		"":                   "(no check named)",
+		"Internal error\n[-": "(no check named)",
+	} {
+		if got := strings.Join(FailedChecks(body), ","); got != want {
+			t.Errorf("FailedChecks(%q) = %q, want %q", body, got, want)
+		}
+	}
+}
