@@ -35,6 +35,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newNodeCommand(),
 		newContainerShimCommand(),
 		newReadinessControllerCommand(),
+		newStartupMonitorCommand(),
 		newKubectlCommand(),
 	)
 	return root

@@ -3,8 +3,10 @@
 package atomicfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -14,7 +16,13 @@ import (
 // syncs the directory so the rename itself survives a crash. The directory must
 // exist. On error path is left as it was and the temporary file is removed.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	return writeFile(path, data, perm, nil)
+	return writeFile(path, bytes.NewReader(data), perm, nil)
+}
+
+// WriteFrom is WriteFile with the content read from r (copied in the kernel
+// when r is a file, without holding it in memory).
+func WriteFrom(path string, r io.Reader, perm os.FileMode) error {
+	return writeFile(path, r, perm, nil)
 }
 
 // errCrashed stands for the process dying at a step (in tests only): nothing
@@ -23,7 +31,7 @@ var errCrashed = errors.New("crashed")
 
 // writeFile is WriteFile; crash, when not nil, is asked after every step
 // whether the process dies there.
-func writeFile(path string, data []byte, perm os.FileMode, crash func(step string) bool) (err error) {
+func writeFile(path string, r io.Reader, perm os.FileMode, crash func(step string) bool) (err error) {
 	dies := func(step string) bool { return crash != nil && crash(step) }
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -47,14 +55,16 @@ func writeFile(path string, data []byte, perm os.FileMode, crash func(step strin
 	if err = tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	half := len(data) / 2
-	if _, err = tmp.Write(data[:half]); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+	if crash != nil {
+		// A part first, so that a test can crash in the middle of the content.
+		if _, err = io.CopyN(tmp, r, 16); err != nil && err != io.EOF {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if dies("half written") {
+			return errCrashed
+		}
 	}
-	if dies("half written") {
-		return errCrashed
-	}
-	if _, err = tmp.Write(data[half:]); err != nil {
+	if _, err = io.Copy(tmp, r); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err = tmp.Sync(); err != nil {

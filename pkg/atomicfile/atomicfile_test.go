@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,7 +89,7 @@ func TestCrashAtEachStep(t *testing.T) {
 			if err := WriteFile(p, old, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			err := writeFile(p, updated, 0o600, func(s string) bool { return s == step })
+			err := writeFile(p, bytes.NewReader(updated), 0o600, func(s string) bool { return s == step })
 			if err != errCrashed {
 				t.Fatalf("the write did not crash at %q: %v", step, err)
 			}

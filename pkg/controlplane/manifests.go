@@ -121,11 +121,7 @@ func InstallBinary(src, dir string) (string, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return "", err
-	}
-	return dst, atomicfile.WriteFile(dst, data, 0o700)
+	return dst, atomicfile.WriteFrom(dst, f, 0o700)
 }
 
 // readinessPod is the readiness controller's static pod.
