@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/healthz"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	netutils "k8s.io/utils/net"
@@ -127,7 +129,7 @@ func WaitReadyz(ctx context.Context, cfg *rest.Config, p *Process, timeout time.
 		}
 		status := "not listening yet"
 		if code != 0 {
-			status = "readiness checks pending: " + strings.Join(PendingChecks(string(body)), ", ")
+			status = "readiness checks pending: " + strings.Join(healthz.FailedChecks(string(body)), ", ")
 		} else if err != nil && !isConnRefused(err) {
 			status = err.Error()
 		}
@@ -137,21 +139,4 @@ func WaitReadyz(ctx context.Context, cfg *rest.Config, p *Process, timeout time.
 		}
 		return false, status
 	})
-}
-
-// PendingChecks returns the names of the failing checks in a verbose /readyz
-// or /livez answer (lines like "[-]poststarthook/rbac/bootstrap-roles failed: ...").
-func PendingChecks(verbose string) []string {
-	var out []string
-	for _, line := range strings.Split(verbose, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "[-]")
-		if !ok {
-			continue
-		}
-		name, _, _ := strings.Cut(rest, " ")
-		if name != "" {
-			out = append(out, name)
-		}
-	}
-	return out
 }

@@ -11,27 +11,6 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
-func TestPendingChecks(t *testing.T) {
-	verbose := `[+]ping ok
-[+]etcd ok
-[-]poststarthook/rbac/bootstrap-roles failed: reason withheld
-[+]poststarthook/generic-apiserver-start-informers ok
-[-]poststarthook/steadyplane-initialization-probe failed: not finished
-readyz check failed
-`
-	got := PendingChecks(verbose)
-	want := []string{"poststarthook/rbac/bootstrap-roles", "poststarthook/steadyplane-initialization-probe"}
-	if !slices.Equal(got, want) {
-		t.Errorf("PendingChecks = %v, want %v", got, want)
-	}
-	if got := PendingChecks("ok"); len(got) != 0 {
-		t.Errorf("PendingChecks(ok) = %v", got)
-	}
-	if got := PendingChecks("[-]"); len(got) != 0 {
-		t.Errorf("PendingChecks of a bare marker = %v", got)
-	}
-}
-
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name    string

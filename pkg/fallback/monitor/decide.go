@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/healthz"
 )
 
 // Action is what the monitor does after one look.
@@ -142,14 +143,14 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		if o.Healthz == nil {
 			return waitOrFail(fallback.Unhealthy, "/healthz does not answer")
 		}
-		failed := FailedChecks(o.Healthz.Body)
+		failed := failedChecks(o.Healthz.Body)
 		return waitOrFail(checkReason(failed, fallback.Unhealthy), "/healthz is not ok: "+strings.Join(failed, ", "))
 	}
 	if o.Readyz == nil {
 		return waitOrFail(fallback.NotReady, "/readyz does not answer")
 	}
 	if !o.Readyz.OK {
-		failed := FailedChecks(o.Readyz.Body)
+		failed := failedChecks(o.Readyz.Body)
 		return waitOrFail(checkReason(failed, fallback.NotReady), "/readyz is not ok, unfinished: "+strings.Join(failed, ", "))
 	}
 	switch {
@@ -163,25 +164,13 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 	return Verdict{Action: Ready, Message: fmt.Sprintf("revision %s is ready", revision)}
 }
 
-// FailedChecks are the names of the checks a verbose /healthz or /readyz
-// answer lists as failed ("[-]poststarthook/rbac/bootstrap-roles failed:
-// reason withheld" gives "poststarthook/rbac/bootstrap-roles"), in order.
-func FailedChecks(body string) []string {
-	var failed []string
-	for _, l := range strings.Split(body, "\n") {
-		name, ok := strings.CutPrefix(strings.TrimSpace(l), "[-]")
-		if !ok {
-			continue
-		}
-		if i := strings.IndexByte(name, ' '); i >= 0 {
-			name = name[:i]
-		}
-		failed = append(failed, name)
+// failedChecks names the failed checks of a verbose answer, or says that
+// it named none (a server that answers 500 without a list).
+func failedChecks(verbose string) []string {
+	if failed := healthz.FailedChecks(verbose); len(failed) > 0 {
+		return failed
 	}
-	if len(failed) == 0 {
-		return []string{"(no check named)"}
-	}
-	return failed
+	return []string{"(no check named)"}
 }
 
 // checkReason is EtcdUnhealthy when one of the failed checks is etcd's (the
