@@ -385,6 +385,15 @@ func TestNodeAgent(t *testing.T) {
 			return false, "not ready"
 		})
 		t.Logf("other container Ready %v after its probe passed, during the stubborn one's 30s stop", time.Since(start).Round(time.Millisecond))
+		// The node's own record tells the agent's kill from a crash (the
+		// startup monitor does not count it as a crash loop).
+		waitFor(ctx, t, 10*time.Second, "the liveness kill in the local record", func() (bool, string) {
+			rec := localRecord(ctx, t, o, "slow-kill")
+			if rec == nil {
+				return false, "no record"
+			}
+			return rec.LivenessKills["stubborn"] == 1 && rec.LivenessKills["other"] == 0, fmt.Sprintf("liveness kills %v", rec.LivenessKills)
+		})
 	})
 
 	t.Run("the webhook injects the load-balancer gate, which follows an outside HTTP check", func(t *testing.T) {

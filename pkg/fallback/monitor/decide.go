@@ -51,6 +51,10 @@ type Observation struct {
 	// StartAttempts is how often the node agent tried to start the
 	// revision's container, failed starts included (its local status).
 	StartAttempts int
+	// LivenessKills is how many of those runs the agent stopped itself
+	// because the liveness probe failed (e.g. /livez failing for etcd):
+	// restarts it caused, not crashes.
+	LivenessKills int
 	// Running is true while that container runs.
 	Running bool
 	// LastTermination describes the container's last end ("exit code 1:
@@ -125,7 +129,7 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		return Verdict{Action: Wait, Reason: fallback.NeverStartedUp, Message: "waiting for the first start attempt"}
 	}
 	healthy := o.Healthz != nil && o.Healthz.OK
-	if o.StartAttempts > 1 && !(o.Running && healthy) {
+	if o.StartAttempts-o.LivenessKills > 1 && !(o.Running && healthy) {
 		msg := fmt.Sprintf("revision %s was started %d times", revision, o.StartAttempts)
 		if o.LastTermination != "" {
 			msg += "; last end: " + o.LastTermination

@@ -142,7 +142,7 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	if pods, err := m.Agent.Pods(ctx); err == nil {
 		for _, p := range pods {
 			if p.UID == pod.UID {
-				o.StartAttempts, o.Running, o.LastTermination = containerRecord(p)
+				o.StartAttempts, o.LivenessKills, o.Running, o.LastTermination = containerRecord(p)
 			}
 		}
 	}
@@ -154,11 +154,14 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	return o
 }
 
-// containerRecord reads the start attempts (the most of any container),
-// whether all containers run, and the last end, from the agent's record.
-func containerRecord(p localstatus.Pod) (attempts int, running bool, last string) {
-	for _, n := range p.StartAttempts {
-		attempts = max(attempts, int(n))
+// containerRecord reads the start attempts and liveness kills (of the
+// container started most), whether all containers run, and the last end,
+// from the agent's record.
+func containerRecord(p localstatus.Pod) (attempts, kills int, running bool, last string) {
+	for name, n := range p.StartAttempts {
+		if int(n) > attempts {
+			attempts, kills = int(n), int(p.LivenessKills[name])
+		}
 	}
 	running = len(p.Status.ContainerStatuses) > 0
 	for _, cs := range p.Status.ContainerStatuses {
@@ -171,7 +174,7 @@ func containerRecord(p localstatus.Pod) (attempts int, running bool, last string
 			last = describeEnd(t)
 		}
 	}
-	return attempts, running, last
+	return attempts, kills, running, last
 }
 
 // describeEnd says how a container ended: exit code, reason and the

@@ -37,6 +37,9 @@ type container struct {
 	// startAttempts counts every attempt to start the container, failed
 	// ones included; kept in the local record across agent restarts.
 	startAttempts int32
+	// livenessKills counts the runs stopped for a failed liveness probe
+	// (kept in the local record too).
+	livenessKills int32
 	backoff       time.Duration
 	notBefore     time.Time // no restart before this (crash-loop backoff)
 	last          *corev1.ContainerStateTerminated
@@ -124,14 +127,14 @@ func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		previous[s.Name] = s
 	}
-	var attempts map[string]int32
+	var attempts, kills map[string]int32
 	rec, err := localstatus.Read(w.podDir(pod))
 	if err != nil {
 		klog.ErrorS(err, "Ignoring the pod's local record", "pod", klog.KObj(pod))
 	}
 	if rec != nil && rec.UID == pod.UID {
 		w.local = rec.Status
-		attempts = rec.StartAttempts
+		attempts, kills = rec.StartAttempts, rec.LivenessKills
 		if rec.Status.StartTime != nil {
 			w.startTime = *rec.Status.StartTime
 		}
@@ -146,7 +149,7 @@ func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 			done: finishedForGood(pod, previous[c.Name], true)})
 	}
 	for _, c := range pod.Spec.Containers {
-		w.containers = append(w.containers, &container{spec: c, restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name],
+		w.containers = append(w.containers, &container{spec: c, restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
 			done:      finishedForGood(pod, previous[c.Name], false),
 			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
 	}
@@ -164,6 +167,12 @@ func (w *worker) recordLocal(pod *corev1.Pod) {
 		Status: s, StartAttempts: map[string]int32{}}
 	for _, c := range w.containers {
 		rec.StartAttempts[c.spec.Name] = c.startAttempts
+		if c.livenessKills > 0 {
+			if rec.LivenessKills == nil {
+				rec.LivenessKills = map[string]int32{}
+			}
+			rec.LivenessKills[c.spec.Name] = c.livenessKills
+		}
 	}
 	w.publish(pod, s)
 	if err := w.a.local.Put(w.podDir(pod), rec); err != nil {
@@ -384,6 +393,7 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 			if !c.init && !c.killing && !w.verdict(c, probe.Liveness) {
 				w.a.event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.spec.Name)
 				c.killing = true
+				c.livenessKills++
 				w.stopProbes(c)
 				// Stopping takes up to the grace period; the end wakes
 				// the worker, which restarts the container then.

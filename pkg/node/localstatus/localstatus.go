@@ -52,6 +52,10 @@ type Pod struct {
 	// first one says a revision was tried at all, a second one that it
 	// crashed or could not start.
 	StartAttempts map[string]int32 `json:"startAttempts,omitempty"`
+	// LivenessKills counts, per container name, the runs the agent
+	// stopped because the liveness probe failed: a restart the agent
+	// caused, which a crash loop is not.
+	LivenessKills map[string]int32 `json:"livenessKills,omitempty"`
 }
 
 // Read returns the record kept in podDir, or nil when there is none. A record
