@@ -51,12 +51,8 @@ func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
 		return err
 	}
 	if cp.staticPods {
-		for _, c := range cp.Components(cp.bin) {
-			if c.Name == readinessPod {
-				if err := WriteManifest(filepath.Join(cp.dataDir, "manifests"), c.Pod()); err != nil {
-					return err
-				}
-			}
+		if err := cp.writeManifests(readinessPod); err != nil {
+			return err
 		}
 	} else if err := cp.Readiness.Start(); err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/steadyplane/steadyplane/internal/procfs"
+
 	"k8s.io/client-go/util/flowcontrol"
 )
 
@@ -99,19 +101,6 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 	}
 	cp.bin = bin
 	manifests := filepath.Join(cp.dataDir, "manifests")
-	components := cp.Components(bin)
-	// etcd and the API server first; the controllers once the API server
-	// answers, so that they do not crash-loop (and back off) meanwhile.
-	write := func(names ...string) error {
-		for _, c := range components {
-			if slices.Contains(names, c.Name) {
-				if err := WriteManifest(manifests, c.Pod()); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
 	// The last run's controllers must not start before the API server
 	// either (nor at all, if they are switched off now).
 	for _, name := range []string{"kube-controller-manager", "kube-scheduler", readinessPod} {
@@ -119,7 +108,9 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := write("etcd", "kube-apiserver"); err != nil {
+	// etcd and the API server first; the controllers once the API server
+	// answers, so that they do not crash-loop (and back off) meanwhile.
+	if err := cp.writeManifests("etcd", "kube-apiserver"); err != nil {
 		return err
 	}
 	cp.progressf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", manifests)
@@ -137,7 +128,7 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 	}
 	cp.progressf("apiserver ready in %.1fs (%s)", time.Since(start).Seconds(), cp.APIServerURL())
 	if cp.ControllerManager != nil {
-		if err := write("kube-controller-manager", "kube-scheduler"); err != nil {
+		if err := cp.writeManifests("kube-controller-manager", "kube-scheduler"); err != nil {
 			return err
 		}
 		if err := cp.StartControllers(ctx); err != nil {
@@ -260,32 +251,34 @@ func (cp *ControlPlane) restart(ctx context.Context, p *Process, backoff *flowco
 // stopStaticPods removes the components' manifests, so that the node agent
 // stops them with their grace period, and waits until they are gone.
 func (cp *ControlPlane) stopStaticPods(names ...string) {
-	subcommands := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager", "kube-apiserver": "apiserver", readinessPod: "readiness-controller"}
 	var running []string
-	for _, name := range names {
-		cp.progressf("stopping %s", name)
-		_ = os.Remove(filepath.Join(cp.dataDir, "manifests", name+".yaml"))
-		running = append(running, subcommands[name])
+	for _, c := range cp.Components(cp.bin) {
+		if slices.Contains(names, c.Name) {
+			cp.progressf("stopping %s", c.Name)
+			_ = os.Remove(filepath.Join(cp.dataDir, "manifests", c.Name+".yaml"))
+			running = append(running, c.Args[0])
+		}
 	}
 	binDir := filepath.Join(cp.dataDir, "bin") + "/"
 	for deadline := time.Now().Add(nodeStopGrace); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if !anyProcess(func(argv []string) bool {
+		if len(procfs.Find(func(argv []string) bool {
 			return len(argv) > 1 && strings.HasPrefix(argv[0], binDir) && slices.Contains(running, argv[1])
-		}) {
+		})) == 0 {
 			return
 		}
 	}
 	cp.progressf("%v still running after %v; the node agent stops them now", names, nodeStopGrace)
 }
 
-// anyProcess reports whether some process's argument list matches.
-func anyProcess(match func(argv []string) bool) bool {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && match(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")) {
-			return true
+// writeManifests writes the named components' static pods into the node
+// agent's manifest directory.
+func (cp *ControlPlane) writeManifests(names ...string) error {
+	for _, c := range cp.Components(cp.bin) {
+		if slices.Contains(names, c.Name) {
+			if err := WriteManifest(filepath.Join(cp.dataDir, "manifests"), c.Pod()); err != nil {
+				return err
+			}
 		}
 	}
-	return false
+	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadyplane/steadyplane/internal/procfs"
+
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
@@ -135,19 +137,7 @@ func kubectl(t *testing.T, ctx context.Context, kubeconfig string, args ...strin
 // childPids lists processes whose command line mentions dataDir: the children
 // "up" started from it.
 func childPids(dataDir string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), dataDir) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return procfs.Find(func(argv []string) bool { return strings.Contains(strings.Join(argv, "\x00"), dataDir) })
 }
 
 func TestUpKubectlRestartKeepsObjects(t *testing.T) {
@@ -269,14 +259,13 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 	// componentPid finds the component's process: the binary installed in
 	// the data directory, run with the component's subcommand.
 	componentPid := func(subcommand string) int {
-		for _, pid := range childPids(dataDir) {
-			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-			argv := strings.Split(string(b), "\x00")
-			if len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == subcommand {
-				return pid
-			}
+		pids := procfs.Find(func(argv []string) bool {
+			return len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == subcommand
+		})
+		if len(pids) == 0 {
+			return 0
 		}
-		return 0
+		return pids[0]
 	}
 	holder := func(lease string) string {
 		out, _ := kubectl(t, ctx, kubeconfig, "get", "lease", "-n", "kube-system", lease, "-o", "jsonpath={.spec.holderIdentity}")

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadyplane/steadyplane/internal/procfs"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -695,15 +697,7 @@ func kubectlOut(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane
 
 // countProcesses counts processes whose NUL-separated command line contains s.
 func countProcesses(s string) int {
-	entries, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), s) {
-			n++
-		}
-	}
-	return n
+	return len(procfs.Find(func(argv []string) bool { return strings.Contains(strings.Join(argv, "\x00"), s) }))
 }
 
 func execOutput(ctx context.Context, name string, args ...string) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,8 +110,7 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	var o Observation
 	mine, err := os.ReadFile(m.Layout.RevisionManifest(m.Revision))
 	if err != nil {
-		o.OperandRevision = "" // this revision is not installed: nothing to judge
-		return o
+		return o // this revision is not installed: nothing to judge
 	}
 	operand, err := os.ReadFile(m.Layout.OperandManifest())
 	if err != nil {
@@ -184,7 +184,7 @@ func describeEnd(t *corev1.ContainerStateTerminated) string {
 	if t.Reason != "" {
 		s += " (" + t.Reason + ")"
 	}
-	if msg := string(bytes.TrimSpace([]byte(t.Message))); msg != "" {
+	if msg := strings.TrimSpace(t.Message); msg != "" {
 		s += ": " + msg
 	}
 	return s

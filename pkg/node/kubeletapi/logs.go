@@ -2,7 +2,6 @@ package kubeletapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -112,9 +111,4 @@ func (s runState) ContainerStatus(context.Context, string, bool) (*runtimeapi.Co
 		state = runtimeapi.ContainerState_CONTAINER_RUNNING
 	}
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{State: state}}, nil
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
 }

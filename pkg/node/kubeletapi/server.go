@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -141,7 +143,7 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { served(); writeJSON(w, s.host.Pods()) })
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { served(); localstatus.WriteJSON(w, s.host.Pods()) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)

@@ -166,11 +166,13 @@ func PodList(records []Pod) *corev1.PodList {
 // kubelet's read-only port) and /localstatus/pods (the records, with start
 // attempts). Only GET and HEAD are answered.
 func (s *Store) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, PodList(s.List())) })
-	mux.HandleFunc("GET /localstatus/pods", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.List()) })
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, PodList(s.List())) })
+	mux.HandleFunc("GET /localstatus/pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, s.List()) })
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+// WriteJSON answers with v as indented JSON: the read-only /pods endpoints
+// of the node (here and on the node API) answer alike.
+func WriteJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

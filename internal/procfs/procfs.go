@@ -1,0 +1,33 @@
+// Package procfs finds processes by their argument lists in /proc: how "up"
+// waits for a static pod's process to be gone, and how tests find the
+// processes they started.
+package procfs
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Find returns the pids of the processes whose argument list matches.
+// Processes that end while it reads, and kernel threads (no arguments), are
+// skipped.
+func Find(match func(argv []string) bool) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if match(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
