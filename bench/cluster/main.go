@@ -54,7 +54,6 @@ func startUp(ctx context.Context, bin, dataDir string, ports []int) (*upRun, err
 		"--apiserver-port", strconv.Itoa(ports[0]), "--etcd-client-port", strconv.Itoa(ports[1]), "--etcd-peer-port", strconv.Itoa(ports[2]),
 		"--node-metrics-port", strconv.Itoa(ports[3]), "--readiness-webhook-port", strconv.Itoa(ports[4]), "--node-api-port", strconv.Itoa(ports[5]),
 		"--controller-manager-port", strconv.Itoa(ports[6]), "--scheduler-port", strconv.Itoa(ports[7]),
-		"--operator-metrics-port", strconv.Itoa(ports[8]),
 		"--pod-cidr", fmt.Sprintf("10.248.%d.0/24", ports[0]%250), "--cni-bridge", fmt.Sprintf("spc%d", ports[0]))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -99,7 +98,7 @@ func run(ctx context.Context, replicas int) error {
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(9)
+	ports, err := testenv.FreePorts(8)
 	if err != nil {
 		return err
 	}

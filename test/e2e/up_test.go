@@ -33,9 +33,9 @@ type upProcess struct {
 	done   chan struct{}
 }
 
-func startUp(t *testing.T, bin, dataDir string, ports []int, extra ...string) *upProcess {
+func startUp(t *testing.T, bin, dataDir string, ports []int) *upProcess {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"up",
+	cmd := exec.Command(bin, "up",
 		"--data-dir", dataDir,
 		"--apiserver-port", strconv.Itoa(ports[0]),
 		"--etcd-client-port", strconv.Itoa(ports[1]),
@@ -45,11 +45,10 @@ func startUp(t *testing.T, bin, dataDir string, ports []int, extra ...string) *u
 		"--node-api-port", strconv.Itoa(ports[5]),
 		"--controller-manager-port", strconv.Itoa(ports[6]),
 		"--scheduler-port", strconv.Itoa(ports[7]),
-		"--operator-metrics-port", strconv.Itoa(ports[8]),
 		// A pod range and bridge of this run's own (other test packages run at once).
 		"--pod-cidr", fmt.Sprintf("10.246.%d.0/24", ports[0]%250),
 		"--cni-bridge", fmt.Sprintf("spe%d", ports[0]),
-	}, extra...)...)
+	)
 	t.Cleanup(func() {
 		testenv.CleanNode(filepath.Join(dataDir, "node"))
 		_ = exec.Command("ip", "link", "del", fmt.Sprintf("spe%d", ports[0])).Run()
@@ -313,7 +312,7 @@ func setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	ports, err = testenv.FreePorts(9)
+	ports, err = testenv.FreePorts(8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,12 +346,12 @@ func readmeBlock(t *testing.T, heading string) string {
 // the README's walkthroughs expect it, and returns the context, the data
 // directory and a function that runs a bash script in <work> with kubectl on
 // the PATH and returns its output, failing the test if the script fails.
-func startWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (context.Context, string, func(name, script string) string) {
+func startWalkthrough(t *testing.T, timeout time.Duration) (context.Context, string, func(name, script string) string) {
 	t.Helper()
 	bin, dataDir, ports, ctx := setup(t, timeout)
 	work := filepath.Dir(dataDir)
 	dataDir = filepath.Join(work, ".steadyplane")
-	up := startUp(t, bin, dataDir, ports, upArgs...)
+	up := startUp(t, bin, dataDir, ports)
 	up.waitUp(t, 4*time.Minute)
 	t.Cleanup(func() { up.stop(t) })
 	k, err := testenv.Kubectl()

@@ -48,11 +48,9 @@ type Monitor struct {
 	Clock    clock.PassiveClock
 	Log      *slog.Logger
 
-	// since is when the monitor first saw its revision in place, and
-	// then when it first saw it started.
-	since   time.Time
-	started bool
-	last    Verdict
+	// since is when the monitor first saw its revision in place.
+	since time.Time
+	last  Verdict
 }
 
 // Step looks once, under the installer lock, and acts on the verdict: on
@@ -130,7 +128,7 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 		o.OperandRevision = pod.Annotations[fallback.RevisionAnnotation]
 	}
 	if o.OperandRevision != strconv.Itoa(m.Revision) {
-		m.since, m.started = time.Time{}, false
+		m.since = time.Time{}
 		return o
 	}
 	now := m.Clock.Now()
@@ -147,9 +145,6 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 				o.StartAttempts, o.LivenessKills, o.Running, o.LastTermination = containerRecord(p)
 			}
 		}
-	}
-	if o.StartAttempts > 0 && !m.started {
-		m.since, m.started, o.Watched = now, true, 0
 	}
 	o.Healthz = m.Server.Probe(ctx, "/healthz?verbose")
 	if o.Healthz != nil && o.Healthz.OK {
