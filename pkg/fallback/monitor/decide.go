@@ -45,8 +45,11 @@ type Observation struct {
 	// ManifestError is why the node agent cannot run the operand manifest
 	// (it does not parse, or is not a valid pod); "" when it can.
 	ManifestError string
-	// Watched is how long the monitor has seen its own revision's manifest
-	// in place.
+	// Watched is how long the monitor has watched the current phase: its
+	// own revision's manifest in place without a start attempt (bounded by
+	// the first-start timeout), then from the first start attempt on
+	// (bounded by the ready timeout; stopping the previous revision does
+	// not count against the new one).
 	Watched time.Duration
 	// StartAttempts is how often the node agent tried to start the
 	// revision's container, failed starts included (its local status).
@@ -148,7 +151,13 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 			return waitOrFail(fallback.Unhealthy, "/healthz does not answer")
 		}
 		failed := failedChecks(o.Healthz.Body)
-		return waitOrFail(checkReason(failed, fallback.Unhealthy), "/healthz is not ok: "+strings.Join(failed, ", "))
+		// The API server's /healthz also fails while a post-start hook runs;
+		// unfinished hooks alone are readiness (the issue: NotReady).
+		reason := fallback.Unhealthy
+		if onlyPostStartHooks(failed) {
+			reason = fallback.NotReady
+		}
+		return waitOrFail(checkReason(failed, reason), "/healthz is not ok, unfinished: "+strings.Join(failed, ", "))
 	}
 	if o.Readyz == nil {
 		return waitOrFail(fallback.NotReady, "/readyz does not answer")
@@ -186,4 +195,14 @@ func checkReason(failed []string, otherwise fallback.Reason) fallback.Reason {
 		}
 	}
 	return otherwise
+}
+
+// onlyPostStartHooks says whether every failed check is a post-start hook's.
+func onlyPostStartHooks(failed []string) bool {
+	for _, name := range failed {
+		if !strings.HasPrefix(name, "poststarthook/") {
+			return false
+		}
+	}
+	return len(failed) > 0
 }

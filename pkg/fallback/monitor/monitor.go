@@ -48,9 +48,11 @@ type Monitor struct {
 	Clock    clock.PassiveClock
 	Log      *slog.Logger
 
-	// since is when the monitor first saw its revision in place.
-	since time.Time
-	last  Verdict
+	// since is when the monitor first saw its revision in place, and
+	// then when it first saw it started.
+	since   time.Time
+	started bool
+	last    Verdict
 }
 
 // Step looks once, under the installer lock, and acts on the verdict: on
@@ -128,7 +130,7 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 		o.OperandRevision = pod.Annotations[fallback.RevisionAnnotation]
 	}
 	if o.OperandRevision != strconv.Itoa(m.Revision) {
-		m.since = time.Time{}
+		m.since, m.started = time.Time{}, false
 		return o
 	}
 	now := m.Clock.Now()
@@ -145,6 +147,9 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 				o.StartAttempts, o.LivenessKills, o.Running, o.LastTermination = containerRecord(p)
 			}
 		}
+	}
+	if o.StartAttempts > 0 && !m.started {
+		m.since, m.started, o.Watched = now, true, 0
 	}
 	o.Healthz = m.Server.Probe(ctx, "/healthz?verbose")
 	if o.Healthz != nil && o.Healthz.OK {

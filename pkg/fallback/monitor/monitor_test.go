@@ -141,6 +141,40 @@ func TestStep(t *testing.T) {
 		}
 	})
 
+	t.Run("the ready timeout counts from the first start, not from the manifest", func(t *testing.T) {
+		l := revisions.ForDataDir(t.TempDir(), "kube-apiserver")
+		install(t, l, 2, good2)
+		install(t, l, 3, manifest(3, ""))
+		agent := &fakeAgent{}
+		clk := clocktesting.NewFakeClock(time.Now())
+		m := &Monitor{Layout: l, Revision: 3, NodeName: "n1", Timeouts: Timeouts{FirstStart: time.Minute, Ready: 20 * time.Second},
+			Agent: agent, Server: &fakeServer{}, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		// The previous revision takes 50s to stop: no start attempt yet.
+		for i := 0; i < 5; i++ {
+			if v, _, err := m.Step(context.Background()); err != nil || v.Action != Wait {
+				t.Fatalf("before the start: %v %v", v, err)
+			}
+			clk.Step(10 * time.Second)
+		}
+		rec := uidOf(t, manifest(3, ""))
+		rec.StartAttempts = map[string]int32{"kube-apiserver": 1}
+		rec.Status.ContainerStatuses = []corev1.ContainerStatus{running}
+		agent.pods = []localstatus.Pod{rec}
+		for _, s := range []struct {
+			after time.Duration // since the previous look
+			want  Action
+		}{{0, Wait}, {10 * time.Second, Wait}, {9 * time.Second, Wait}, {time.Second, FallBack}} {
+			clk.Step(s.after)
+			v, _, err := m.Step(context.Background())
+			if err != nil || v.Action != s.want {
+				t.Fatalf("after the start: %v %v, want %v", v, err, s.want)
+			}
+			if s.want == FallBack && v.Reason != fallback.Unhealthy {
+				t.Errorf("reason %s, want Unhealthy", v.Reason)
+			}
+		}
+	})
+
 	t.Run("ready: last-known-good points at the revision, the monitor leaves", func(t *testing.T) {
 		l := revisions.ForDataDir(t.TempDir(), "kube-apiserver")
 		install(t, l, 1, manifest(1, ""))
