@@ -33,11 +33,7 @@ var errCrashed = errors.New("crashed")
 // whether the process dies there.
 func writeFile(path string, r io.Reader, perm os.FileMode, crash func(step string) bool) (err error) {
 	dies := func(step string) bool { return crash != nil && crash(step) }
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	dir, tmp, err := createTemp(path)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -93,11 +89,7 @@ func Symlink(target, path string) error {
 }
 
 func symlink(target, path string, crash func(step string) bool) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	dir, f, err := createTemp(path)
 	if err != nil {
 		return fmt.Errorf("linking %s: %w", path, err)
 	}
@@ -118,6 +110,17 @@ func symlink(target, path string, crash func(step string) bool) error {
 		return fmt.Errorf("linking %s: %w", path, err)
 	}
 	return syncDir(dir)
+}
+
+// createTemp makes a hidden temporary file next to path (a rename is
+// atomic only within one file system) and returns path's directory with it.
+func createTemp(path string) (string, *os.File, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	return dir, f, err
 }
 
 func syncDir(dir string) error {
