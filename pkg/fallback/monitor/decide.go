@@ -75,9 +75,6 @@ type Observation struct {
 	LivenessKills int
 	// Running is true while that container runs.
 	Running bool
-	// EtcdServers are the host:port of the operand's --etcd-servers: a
-	// crash whose last words name one is etcd's, not the revision's.
-	EtcdServers []string
 	// LastTermination describes the container's last end ("exit code 1:
 	// <termination message>"), "" if it never ended.
 	LastTermination string
@@ -168,13 +165,7 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		if o.LastTermination != "" {
 			msg += "; last end: " + o.LastTermination
 		}
-		reason := fallback.CrashLooping
-		if namesAny(o.LastTermination, o.EtcdServers) {
-			// The API server exits when it cannot reach etcd at its start:
-			// the world around the revision, retried, not the revision.
-			reason = fallback.EtcdUnhealthy
-		}
-		return Verdict{Action: FallBack, Reason: reason, Message: msg}
+		return Verdict{Action: FallBack, Reason: fallback.CrashLooping, Message: msg}
 	}
 	timedOut := o.Watched >= t.Ready
 	waitOrFail := func(reason fallback.Reason, msg string) Verdict {
@@ -232,16 +223,6 @@ func checkReason(failed []string, otherwise fallback.Reason) fallback.Reason {
 		}
 	}
 	return otherwise
-}
-
-// namesAny tells whether text mentions one of the addresses.
-func namesAny(text string, addresses []string) bool {
-	for _, a := range addresses {
-		if a != "" && strings.Contains(text, a) {
-			return true
-		}
-	}
-	return false
 }
 
 // onlyPostStartHooks says whether every failed check is a post-start hook's.

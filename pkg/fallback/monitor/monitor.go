@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -144,7 +143,6 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	if parseErr != nil {
 		return o
 	}
-	o.EtcdServers = etcdServers(pod)
 	pods, err := m.Agent.Pods(ctx)
 	o.AgentDown = err != nil
 	if err == nil {
@@ -187,26 +185,6 @@ func containerRecord(p localstatus.Pod) (attempts, kills int, running bool, last
 		}
 	}
 	return attempts, kills, running, last
-}
-
-// etcdServers are the host:port of every --etcd-servers argument of the
-// operand's containers.
-func etcdServers(pod *corev1.Pod) []string {
-	var out []string
-	for _, c := range pod.Spec.Containers {
-		for _, arg := range append(append([]string{}, c.Command...), c.Args...) {
-			list, ok := strings.CutPrefix(arg, "--etcd-servers=")
-			if !ok {
-				continue
-			}
-			for _, s := range strings.Split(list, ",") {
-				if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.Host != "" {
-					out = append(out, u.Host)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // reasonCreateContainerConfigError is the waiting reason (the kubelet's, and
