@@ -36,8 +36,6 @@ Start a single-node control plane in ./.steadyplane with:
 		newContainerShimCommand(),
 		newReadinessControllerCommand(),
 		newStartupMonitorCommand(),
-		newOperatorCommand(),
-		newInstallerCommand(),
 		newKubectlCommand(),
 	)
 	return root

@@ -25,9 +25,6 @@ const (
 	Ready
 	// FallBack: put the last-known-good revision back, with the reason.
 	FallBack
-	// Leave: the fallback from this revision is in place already (the
-	// monitor was restarted after writing it); only leave.
-	Leave
 )
 
 func (a Action) String() string {
@@ -36,8 +33,6 @@ func (a Action) String() string {
 		return "Ready"
 	case FallBack:
 		return "FallBack"
-	case Leave:
-		return "Leave"
 	}
 	return "Wait"
 }
@@ -47,9 +42,6 @@ type Observation struct {
 	// OperandRevision is the revision the operand manifest in the manifest
 	// directory belongs to; "" when it has none (or cannot be read).
 	OperandRevision string
-	// OperandFallbackFor is the operand manifest's fallback-for-revision
-	// annotation: which revision it replaced after a failure ("" for none).
-	OperandFallbackFor string
 	// ManifestError is why the node agent cannot run the operand manifest
 	// (it does not parse, or is not a valid pod); "" when it can.
 	ManifestError string
@@ -59,16 +51,9 @@ type Observation struct {
 	// (bounded by the ready timeout; stopping the previous revision does
 	// not count against the new one).
 	Watched time.Duration
-	// AgentDown is set when the node agent's local status could not be
-	// read: nothing is known of the starts (the agent is restarting).
-	AgentDown bool
 	// StartAttempts is how often the node agent tried to start the
 	// revision's container, failed starts included (its local status).
 	StartAttempts int
-	// StartRefused is why the node agent will not create the revision's
-	// container at all (its CreateContainerConfigError message, e.g. a
-	// mount it cannot make); "" when it has no such objection.
-	StartRefused string
 	// LivenessKills is how many of those runs the agent stopped itself
 	// because the liveness probe failed (e.g. /livez failing for etcd):
 	// restarts it caused, not crashes.
@@ -130,9 +115,6 @@ type Verdict struct {
 // waiting would not change them. The timeout bounds only a revision that
 // runs and has not become healthy and ready.
 func Decide(revision string, o Observation, t Timeouts) Verdict {
-	if o.OperandRevision != revision && o.OperandFallbackFor == revision {
-		return Verdict{Action: Leave, Message: fmt.Sprintf("revision %s has fallen back to revision %q already", revision, o.OperandRevision)}
-	}
 	if o.OperandRevision != revision {
 		// The installer has not put this revision in place yet, or another
 		// one replaced it (a downgrade, a newer installer): not ours to judge.
@@ -142,17 +124,7 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
 			Message: fmt.Sprintf("the node agent cannot run the manifest of revision %s: %s", revision, o.ManifestError)}
 	}
-	if o.AgentDown {
-		// Without the agent nothing starts, a fallback included; its
-		// record of the starts is what the verdict needs once it is back.
-		return Verdict{Action: Wait, Message: "the node agent does not answer"}
-	}
 	if o.StartAttempts == 0 {
-		if o.StartRefused != "" {
-			// The agent refuses the pod as written; retrying it changes nothing.
-			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
-				Message: fmt.Sprintf("the node agent will not create the container of revision %s: %s", revision, o.StartRefused)}
-		}
 		if o.Watched >= t.FirstStart {
 			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
 				Message: fmt.Sprintf("the node agent did not start revision %s within %v", revision, t.FirstStart)}

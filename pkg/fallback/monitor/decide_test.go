@@ -27,13 +27,8 @@ func TestDecide(t *testing.T) {
 		message string // a part of it
 	}{
 		{"another revision's manifest: wait, however long", Observation{OperandRevision: "2", Watched: late}, Wait, "", `revision "2"`},
-		{"the fallback from this revision is in place (the monitor restarted after writing it): leave", Observation{OperandRevision: "2", OperandFallbackFor: "3"}, Leave, "", "fallen back"},
-		{"a fallback from another revision: wait", Observation{OperandRevision: "2", OperandFallbackFor: "1", Watched: late}, Wait, "", `revision "2"`},
 		{"no revision on the manifest: wait", Observation{Watched: late}, Wait, "", `revision ""`},
 		{"a manifest the agent cannot run falls back at once", Observation{OperandRevision: "3", ManifestError: "yaml: line 3: did not find expected key"}, FallBack, fallback.NeverStartedUp, "did not find expected key"},
-		{"a container the agent will not create falls back at once", Observation{OperandRevision: "3", StartRefused: "mount path /usr/x is inside the read-only /usr", Watched: early},
-			FallBack, fallback.NeverStartedUp, "will not create the container of revision 3: mount path /usr/x"},
-		{"the node agent does not answer: wait, even past the timeouts", Observation{OperandRevision: "3", AgentDown: true, Watched: late}, Wait, "", "does not answer"},
 		{"no start attempt yet", Observation{OperandRevision: "3", Watched: early}, Wait, fallback.NeverStartedUp, "first start"},
 		{"no start attempt within the first-start timeout", Observation{OperandRevision: "3", Watched: 30 * time.Second}, FallBack, fallback.NeverStartedUp, "within 30s"},
 		{"a second start of an unhealthy server is a crash loop, at once", Observation{OperandRevision: "3", StartAttempts: 2, LastTermination: "exit code 1: unknown flag: --no-such-flag", Watched: early},

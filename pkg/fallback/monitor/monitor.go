@@ -57,8 +57,8 @@ type Monitor struct {
 
 // Step looks once, under the installer lock, and acts on the verdict: on
 // Ready it points last-known-good at the revision, on FallBack it puts the
-// fallback target's manifest in place with the three annotations; these and
-// Leave remove the monitor's own manifest, and done is true.
+// fallback target's manifest in place with the three annotations; both
+// remove the monitor's own manifest, and done is true.
 func (m *Monitor) Step(ctx context.Context) (v Verdict, done bool, err error) {
 	unlock, err := m.Layout.Lock(ctx)
 	if err != nil {
@@ -80,7 +80,6 @@ func (m *Monitor) Step(ctx context.Context) (v Verdict, done bool, err error) {
 		if err := m.fallBack(v); err != nil {
 			return v, false, err
 		}
-	case Leave:
 	default:
 		return v, false, nil
 	}
@@ -129,7 +128,6 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 		}
 	case parseErr == nil:
 		o.OperandRevision = pod.Annotations[fallback.RevisionAnnotation]
-		o.OperandFallbackFor = pod.Annotations[fallback.FallbackForRevisionAnnotation]
 	}
 	if o.OperandRevision != strconv.Itoa(m.Revision) {
 		m.since, m.started = time.Time{}, false
@@ -143,13 +141,10 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	if parseErr != nil {
 		return o
 	}
-	pods, err := m.Agent.Pods(ctx)
-	o.AgentDown = err != nil
-	if err == nil {
+	if pods, err := m.Agent.Pods(ctx); err == nil {
 		for _, p := range pods {
 			if p.UID == pod.UID {
 				o.StartAttempts, o.LivenessKills, o.Running, o.LastTermination = containerRecord(p)
-				o.StartRefused = startRefused(p)
 			}
 		}
 	}
@@ -185,20 +180,6 @@ func containerRecord(p localstatus.Pod) (attempts, kills int, running bool, last
 		}
 	}
 	return attempts, kills, running, last
-}
-
-// reasonCreateContainerConfigError is the waiting reason (the kubelet's, and
-// the node agent's) of a container whose configuration cannot be made.
-const reasonCreateContainerConfigError = "CreateContainerConfigError"
-
-// startRefused is the agent's message for a container it will not create.
-func startRefused(p localstatus.Pod) string {
-	for _, cs := range p.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && w.Reason == reasonCreateContainerConfigError {
-			return w.Message
-		}
-	}
-	return ""
 }
 
 // describeEnd says how a container ended: exit code, reason and the

@@ -688,10 +688,7 @@ func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	s := w.status(target)
-	written, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
-	if err == nil && w.static && written != nil { // nil: nothing was sent
-		w.a.mirrors.Mutation(written) // the base of the next patch
-	}
+	_, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
 	if err != nil {
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.ErrorS(err, "Writing pod status", "pod", klog.KObj(target))
