@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -43,52 +41,6 @@ func main() {
 	}
 }
 
-// upRun is a running "steadyplane up" and when its progress lines came.
-type upRun struct {
-	cmd                *exec.Cmd
-	apiReady, allReady time.Duration
-}
-
-func startUp(ctx context.Context, bin, dataDir string, ports []int) (*upRun, error) {
-	cmd := exec.CommandContext(ctx, bin, "up", "--data-dir", dataDir,
-		"--apiserver-port", strconv.Itoa(ports[0]), "--etcd-client-port", strconv.Itoa(ports[1]), "--etcd-peer-port", strconv.Itoa(ports[2]),
-		"--node-metrics-port", strconv.Itoa(ports[3]), "--readiness-webhook-port", strconv.Itoa(ports[4]), "--node-api-port", strconv.Itoa(ports[5]),
-		"--controller-manager-port", strconv.Itoa(ports[6]), "--scheduler-port", strconv.Itoa(ports[7]),
-		"--pod-cidr", fmt.Sprintf("10.248.%d.0/24", ports[0]%250), "--cni-bridge", fmt.Sprintf("spc%d", ports[0]))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = cmd.Stdout
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	u := &upRun{cmd: cmd}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "apiserver ready in"):
-			u.apiReady = time.Since(start)
-		case strings.Contains(line, "steadyplane is up"):
-			u.allReady = time.Since(start)
-			go func() {
-				for sc.Scan() {
-				}
-			}()
-			return u, nil
-		}
-	}
-	_ = cmd.Wait()
-	return nil, fmt.Errorf("up exited before it was up")
-}
-
-func (u *upRun) stop() {
-	_ = u.cmd.Process.Signal(syscall.SIGTERM)
-	_ = u.cmd.Wait()
-}
-
 func run(ctx context.Context, replicas int) error {
 	bin, err := testenv.Binary()
 	if err != nil {
@@ -98,7 +50,7 @@ func run(ctx context.Context, replicas int) error {
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(8)
+	ports, err := testenv.FreePorts(testenv.UpPorts)
 	if err != nil {
 		return err
 	}
@@ -107,24 +59,25 @@ func run(ctx context.Context, replicas int) error {
 		return err
 	}
 	dataDir := filepath.Join(work, ".steadyplane")
+	args, bridge := testenv.UpArgs(dataDir, ports, 248, "spc")
 	defer func() {
 		testenv.CleanNode(filepath.Join(dataDir, "node"))
-		_ = exec.Command("ip", "link", "del", fmt.Sprintf("spc%d", ports[0])).Run()
+		_ = exec.Command("ip", "link", "del", bridge).Run()
 		os.RemoveAll(work)
 	}()
 
-	cold, err := startUp(ctx, bin, dataDir, ports)
+	cold, err := testenv.StartUp(ctx, bin, args)
 	if err != nil {
 		return err
 	}
-	cold.stop()
-	warm, err := startUp(ctx, bin, dataDir, ports)
+	cold.Stop()
+	warm, err := testenv.StartUp(ctx, bin, args)
 	if err != nil {
 		return err
 	}
-	defer warm.stop()
-	fmt.Printf("up cold: API ready %.1fs, all components ready %.1fs\n", cold.apiReady.Seconds(), cold.allReady.Seconds())
-	fmt.Printf("up warm: API ready %.1fs, all components ready %.1fs\n", warm.apiReady.Seconds(), warm.allReady.Seconds())
+	defer warm.Stop()
+	fmt.Printf("up cold: API ready %.1fs, all components ready %.1fs\n", cold.APIReady.Seconds(), cold.AllReady.Seconds())
+	fmt.Printf("up warm: API ready %.1fs, all components ready %.1fs\n", warm.APIReady.Seconds(), warm.AllReady.Seconds())
 
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)

@@ -36,6 +36,8 @@ Start a single-node control plane in ./.steadyplane with:
 		newContainerShimCommand(),
 		newReadinessControllerCommand(),
 		newStartupMonitorCommand(),
+		newOperatorCommand(),
+		newInstallerCommand(),
 		newKubectlCommand(),
 	)
 	return root

@@ -22,7 +22,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	if err != nil {
 		return controlplane.Options{}, err
 	}
-	ports, err := FreePorts(8)
+	ports, err := FreePorts(9)
 	if err != nil {
 		return controlplane.Options{}, err
 	}
@@ -30,7 +30,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	o.DataDir = dataDir
 	o.Binary = bin
 	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
-	o.NodeAPIPort, o.ControllerManagerPort, o.SchedulerPort = ports[5], ports[6], ports[7]
+	o.NodeAPIPort, o.ControllerManagerPort, o.SchedulerPort, o.OperatorMetricsPort = ports[5], ports[6], ports[7], ports[8]
 	// A pod range and bridge of this control plane's own: test packages
 	// run at once, and two nodes must never hand out the same address.
 	o.PodCIDR = fmt.Sprintf("10.245.%d.0/24", ports[0]%250)

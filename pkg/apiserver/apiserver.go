@@ -53,7 +53,14 @@ type Options struct {
 	EnableAlternativeServices bool
 	// AlternativeServicesMaxAge is the "ma" of each advertised API server.
 	AlternativeServicesMaxAge time.Duration
+	// TestUnfinishedPostStartHook adds a post-start hook that never
+	// finishes: a revision that starts and never becomes ready, for the
+	// fallback's tests (a hidden flag).
+	TestUnfinishedPostStartHook bool
 }
+
+// UnfinishedPostStartHook names the test-only hook that never finishes.
+const UnfinishedPostStartHook = "steadyplane-test-never-finishes"
 
 // NewOptions returns the defaults of "steadyplane apiserver": every addition off.
 func NewOptions() *Options {
@@ -76,6 +83,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Send authenticated HTTP/2 clients an Alt-Svc header listing the ready API servers of the default/kubernetes Endpoints, so that clients can fail over without a load balancer (KEP-3037). Nothing is sent while fewer than two API servers are live.")
 	fs.DurationVar(&o.AlternativeServicesMaxAge, "alternative-services-max-age", o.AlternativeServicesMaxAge,
 		"How long a client may keep an advertised API server it has not heard of again (the Alt-Svc ma parameter).")
+	fs.BoolVar(&o.TestUnfinishedPostStartHook, "test-unfinished-post-start-hook", false,
+		"For tests only: add post-start hook "+UnfinishedPostStartHook+", which never finishes, so that the server never becomes ready.")
+	_ = fs.MarkHidden("test-unfinished-post-start-hook")
 }
 
 // Validate reports every invalid option.
@@ -201,6 +211,13 @@ func InstallFilters(c *genericapiserver.Config, sp *Options, clk clock.PassiveCl
 	}
 	if sp.SendRetryAfterIfNotInitialized {
 		installRetryAfterUntilInitialized(c, sp, clk)
+	}
+	if sp.TestUnfinishedPostStartHook {
+		c.AddPostStartHookOrDie(UnfinishedPostStartHook, func(hc genericapiserver.PostStartHookContext) error {
+			klog.InfoS("Test-only post-start hook: never finishing", "hook", UnfinishedPostStartHook)
+			<-hc.Done()
+			return nil
+		})
 	}
 }
 

@@ -87,6 +87,11 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		"--startup-send-retry-after-if-not-initialized=" + strconv.FormatBool(s.RetryAfterIfNotInitialized),
 		"--startup-retry-after=" + s.RetryAfter.String(),
 		"--enable-alternative-services=" + strconv.FormatBool(s.AlternativeServices),
+		// On SIGTERM: drain the requests in flight (new ones get 429 and
+		// Retry-After), then close with 2s for watches, instead of waiting
+		// up to 60s for them; a restart (a new revision, "up" stopping)
+		// is then an outage of seconds, not of the 30s stop grace.
+		"--shutdown-send-retry-after=true",
 	}
 	// The kubernetes Endpoints may not hold loopback addresses; a server that
 	// only listens on loopback has no address to publish there.

@@ -90,6 +90,12 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	if cp.opts.Fallback != "off" && cp.opts.Controllers && cp.opts.Node {
+		if err := cp.prepareFallback(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
 	if cp.opts.ReadinessController {
 		if err := cp.prepareReadiness(); err != nil {
 			cp.Close()

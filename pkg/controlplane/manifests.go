@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,6 +148,18 @@ func (cp *ControlPlane) Components(binary string) []Component {
 			Component{Name: "kube-scheduler", Binary: binary, Args: cp.Scheduler.Args,
 				HostPaths: []HostPath{{Path: filepath.Join(cp.dataDir, "scheduler.kubeconfig"), ReadOnly: true}},
 				Liveness:  &HTTPSCheck{Port: cp.opts.SchedulerPort, Path: "/healthz"}})
+	}
+	if cp.fallbackOn() {
+		kubeconfig := filepath.Join(cp.dataDir, "kubeapiserver-operator.kubeconfig")
+		args := []string{"operator", "--kubeconfig=" + kubeconfig, "--retry-base=" + cp.opts.FallbackRetryBase.String(), "--retry-max=" + cp.opts.FallbackRetryMax.String()}
+		if cp.opts.Fallback == "on" {
+			args = append(args, "--topology=on")
+		}
+		if cp.opts.OperatorMetricsPort != 0 {
+			args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.OperatorMetricsPort))
+		}
+		list = append(list, Component{Name: operatorPod, Binary: binary, Args: args,
+			HostPaths: []HostPath{pki, {Path: kubeconfig, ReadOnly: true}}})
 	}
 	if cp.Readiness != nil {
 		list = append(list, Component{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
 	netutils "k8s.io/utils/net"
 )
 
@@ -64,6 +67,20 @@ type Options struct {
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.
 	ExtraAPIServerArgs []string
+	// Fallback runs the API server as revisions rolled out by the
+	// KubeAPIServer operator, each watched by a startup monitor that falls
+	// back to the last-known-good revision: auto (with static pods, the
+	// controllers and the node agent's read-only endpoint), on or off.
+	Fallback string
+	// FallbackTimeout and FallbackFirstStartTimeout are the startup
+	// monitor's timeouts (ready; first start attempt).
+	FallbackTimeout, FallbackFirstStartTimeout time.Duration
+	// FallbackRetryBase and FallbackRetryMax are the operator's backoff
+	// between retries of a revision that failed with a retried reason.
+	FallbackRetryBase, FallbackRetryMax time.Duration
+	// OperatorMetricsPort serves the operator's metrics on 127.0.0.1; 0
+	// for none.
+	OperatorMetricsPort int
 	// Binary is the steadyplane executable to start the children from; empty
 	// means this process's own executable.
 	Binary string
@@ -100,6 +117,12 @@ func NewOptions() *Options {
 		CNIBridge:                  "steadyplane0",
 		ReadinessController:        true,
 		ReadinessWebhookPort:       9443,
+		Fallback:                   "auto",
+		FallbackTimeout:            monitor.DefaultTimeouts.Ready,
+		FallbackFirstStartTimeout:  monitor.DefaultTimeouts.FirstStart,
+		FallbackRetryBase:          fallback.DefaultRetryBase,
+		FallbackRetryMax:           fallback.DefaultRetryMax,
+		OperatorMetricsPort:        10263,
 		ReadyTimeout:               3 * time.Minute,
 		StopGrace:                  30 * time.Second,
 	}
@@ -144,6 +167,21 @@ func (o *Options) validate() error {
 	}
 	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
+	}
+	switch o.Fallback {
+	case "auto", "off":
+	case "on":
+		if !o.Node || !o.StaticPods || !o.Controllers || o.NodeMetricsPort == 0 {
+			errs = append(errs, "--static-pod-fallback=on needs --node, --static-pods, --controllers and a --node-metrics-port (the startup monitor reads the node agent's local status there)")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("--static-pod-fallback=%q: auto, on or off", o.Fallback))
+	}
+	if o.FallbackTimeout <= 0 || o.FallbackFirstStartTimeout <= 0 || o.FallbackRetryBase <= 0 || o.FallbackRetryMax < o.FallbackRetryBase {
+		errs = append(errs, "--fallback-timeout, --fallback-first-start-timeout and --fallback-retry-base must be positive, --fallback-retry-max at least the base")
+	}
+	if o.OperatorMetricsPort < 0 || o.OperatorMetricsPort > 65535 {
+		errs = append(errs, fmt.Sprintf("--operator-metrics-port=%d is not a port", o.OperatorMetricsPort))
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))

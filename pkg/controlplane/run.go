@@ -28,7 +28,10 @@ func (cp *ControlPlane) Stop() {
 		if p == cp.Node && cp.staticPods {
 			// The controllers hand their leases back while the API server
 			// still answers, and the API server goes before etcd.
-			cp.stopStaticPods(readinessPod, "kube-scheduler", "kube-controller-manager")
+			cp.stopStaticPods(readinessPod, operatorPod, "kube-scheduler", "kube-controller-manager")
+			// A startup monitor would see its revision go and wait; it goes
+			// first all the same. The next "up" starts last-known-good.
+			_ = os.Remove(cp.apiserverLayout().MonitorManifest())
 			cp.stopStaticPods("kube-apiserver")
 		}
 		select {
@@ -103,15 +106,27 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 	manifests := filepath.Join(cp.dataDir, "manifests")
 	// The last run's controllers must not start before the API server
 	// either (nor at all, if they are switched off now).
-	for _, name := range []string{"kube-controller-manager", "kube-scheduler", readinessPod} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", readinessPod, operatorPod} {
 		if err := os.Remove(filepath.Join(manifests, name+".yaml")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
 	// etcd and the API server first; the controllers once the API server
 	// answers, so that they do not crash-loop (and back off) meanwhile.
-	if err := cp.writeManifests("etcd", "kube-apiserver"); err != nil {
-		return err
+	if cp.fallbackOn() {
+		if err := cp.writeManifests("etcd"); err != nil {
+			return err
+		}
+		if err := cp.installAPIServer(ctx); err != nil {
+			return fmt.Errorf("installing the API server's revision: %w", err)
+		}
+	} else {
+		if err := os.Remove(cp.apiserverLayout().MonitorManifest()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := cp.writeManifests("etcd", "kube-apiserver"); err != nil {
+			return err
+		}
 	}
 	cp.progressf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", manifests)
 	cp.progressf("starting node agent %s (log: %s)", cp.opts.NodeName, cp.Node.LogPath)
@@ -139,6 +154,9 @@ func (cp *ControlPlane) runStaticPods(ctx context.Context) error {
 		return err
 	}
 	cp.progressf("node %s ready in %.1fs", cp.opts.NodeName, time.Since(start).Seconds())
+	if cp.fallbackOn() {
+		return cp.startFallback(ctx)
+	}
 	return nil
 }
 

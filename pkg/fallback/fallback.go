@@ -58,6 +58,12 @@ func Retried(r Reason) bool {
 	return true
 }
 
+// The reference's retry backoff: 10 minutes, doubling up to 6 hours.
+const (
+	DefaultRetryBase = 10 * time.Minute
+	DefaultRetryMax  = 6 * time.Hour
+)
+
 // RetryDelay is how long the operator waits before the attempt-th retry
 // (1-based) of a revision that failed with a retried reason: base, doubling
 // with every failure, at most maxDelay.

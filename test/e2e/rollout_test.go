@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testup"
 )
 
 // TestRolloutWaitsForTheLoadBalancer runs the README's rollout walkthrough
@@ -19,8 +20,8 @@ import (
 // drops below the replicas. The same rollout in a namespace without the
 // gate is measured too, and its low point logged (not asserted).
 func TestRolloutWaitsForTheLoadBalancer(t *testing.T) {
-	block := readmeBlock(t, "A Deployment whose rollout waits for the load balancer")
-	ctx, dataDir, run := startWalkthrough(t, 12*time.Minute)
+	block := testup.ReadmeBlock(t, "A Deployment whose rollout waits for the load balancer")
+	ctx, dataDir, run := testup.StartWalkthrough(t, 12*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dataDir, "admin.kubeconfig"))
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,9 @@ const (
 	Ready
 	// FallBack: put the last-known-good revision back, with the reason.
 	FallBack
+	// Leave: the fallback from this revision is in place already (the
+	// monitor was restarted after writing it); only leave.
+	Leave
 )
 
 func (a Action) String() string {
@@ -33,6 +36,8 @@ func (a Action) String() string {
 		return "Ready"
 	case FallBack:
 		return "FallBack"
+	case Leave:
+		return "Leave"
 	}
 	return "Wait"
 }
@@ -42,6 +47,9 @@ type Observation struct {
 	// OperandRevision is the revision the operand manifest in the manifest
 	// directory belongs to; "" when it has none (or cannot be read).
 	OperandRevision string
+	// OperandFallbackFor is the operand manifest's fallback-for-revision
+	// annotation: which revision it replaced after a failure ("" for none).
+	OperandFallbackFor string
 	// ManifestError is why the node agent cannot run the operand manifest
 	// (it does not parse, or is not a valid pod); "" when it can.
 	ManifestError string
@@ -51,15 +59,25 @@ type Observation struct {
 	// (bounded by the ready timeout; stopping the previous revision does
 	// not count against the new one).
 	Watched time.Duration
+	// AgentDown is set when the node agent's local status could not be
+	// read: nothing is known of the starts (the agent is restarting).
+	AgentDown bool
 	// StartAttempts is how often the node agent tried to start the
 	// revision's container, failed starts included (its local status).
 	StartAttempts int
+	// StartRefused is why the node agent will not create the revision's
+	// container at all (its CreateContainerConfigError message, e.g. a
+	// mount it cannot make); "" when it has no such objection.
+	StartRefused string
 	// LivenessKills is how many of those runs the agent stopped itself
 	// because the liveness probe failed (e.g. /livez failing for etcd):
 	// restarts it caused, not crashes.
 	LivenessKills int
 	// Running is true while that container runs.
 	Running bool
+	// EtcdServers are the host:port of the operand's --etcd-servers: a
+	// crash whose last words name one is etcd's, not the revision's.
+	EtcdServers []string
 	// LastTermination describes the container's last end ("exit code 1:
 	// <termination message>"), "" if it never ended.
 	LastTermination string
@@ -115,6 +133,9 @@ type Verdict struct {
 // waiting would not change them. The timeout bounds only a revision that
 // runs and has not become healthy and ready.
 func Decide(revision string, o Observation, t Timeouts) Verdict {
+	if o.OperandRevision != revision && o.OperandFallbackFor == revision {
+		return Verdict{Action: Leave, Message: fmt.Sprintf("revision %s has fallen back to revision %q already", revision, o.OperandRevision)}
+	}
 	if o.OperandRevision != revision {
 		// The installer has not put this revision in place yet, or another
 		// one replaced it (a downgrade, a newer installer): not ours to judge.
@@ -124,7 +145,17 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
 			Message: fmt.Sprintf("the node agent cannot run the manifest of revision %s: %s", revision, o.ManifestError)}
 	}
+	if o.AgentDown {
+		// Without the agent nothing starts, a fallback included; its
+		// record of the starts is what the verdict needs once it is back.
+		return Verdict{Action: Wait, Message: "the node agent does not answer"}
+	}
 	if o.StartAttempts == 0 {
+		if o.StartRefused != "" {
+			// The agent refuses the pod as written; retrying it changes nothing.
+			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
+				Message: fmt.Sprintf("the node agent will not create the container of revision %s: %s", revision, o.StartRefused)}
+		}
 		if o.Watched >= t.FirstStart {
 			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
 				Message: fmt.Sprintf("the node agent did not start revision %s within %v", revision, t.FirstStart)}
@@ -137,7 +168,13 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		if o.LastTermination != "" {
 			msg += "; last end: " + o.LastTermination
 		}
-		return Verdict{Action: FallBack, Reason: fallback.CrashLooping, Message: msg}
+		reason := fallback.CrashLooping
+		if namesAny(o.LastTermination, o.EtcdServers) {
+			// The API server exits when it cannot reach etcd at its start:
+			// the world around the revision, retried, not the revision.
+			reason = fallback.EtcdUnhealthy
+		}
+		return Verdict{Action: FallBack, Reason: reason, Message: msg}
 	}
 	timedOut := o.Watched >= t.Ready
 	waitOrFail := func(reason fallback.Reason, msg string) Verdict {
@@ -195,6 +232,16 @@ func checkReason(failed []string, otherwise fallback.Reason) fallback.Reason {
 		}
 	}
 	return otherwise
+}
+
+// namesAny tells whether text mentions one of the addresses.
+func namesAny(text string, addresses []string) bool {
+	for _, a := range addresses {
+		if a != "" && strings.Contains(text, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyPostStartHooks says whether every failed check is a post-start hook's.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -57,8 +58,8 @@ type Monitor struct {
 
 // Step looks once, under the installer lock, and acts on the verdict: on
 // Ready it points last-known-good at the revision, on FallBack it puts the
-// fallback target's manifest in place with the three annotations; both
-// remove the monitor's own manifest, and done is true.
+// fallback target's manifest in place with the three annotations; these and
+// Leave remove the monitor's own manifest, and done is true.
 func (m *Monitor) Step(ctx context.Context) (v Verdict, done bool, err error) {
 	unlock, err := m.Layout.Lock(ctx)
 	if err != nil {
@@ -80,6 +81,7 @@ func (m *Monitor) Step(ctx context.Context) (v Verdict, done bool, err error) {
 		if err := m.fallBack(v); err != nil {
 			return v, false, err
 		}
+	case Leave:
 	default:
 		return v, false, nil
 	}
@@ -128,6 +130,7 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 		}
 	case parseErr == nil:
 		o.OperandRevision = pod.Annotations[fallback.RevisionAnnotation]
+		o.OperandFallbackFor = pod.Annotations[fallback.FallbackForRevisionAnnotation]
 	}
 	if o.OperandRevision != strconv.Itoa(m.Revision) {
 		m.since, m.started = time.Time{}, false
@@ -141,10 +144,14 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 	if parseErr != nil {
 		return o
 	}
-	if pods, err := m.Agent.Pods(ctx); err == nil {
+	o.EtcdServers = etcdServers(pod)
+	pods, err := m.Agent.Pods(ctx)
+	o.AgentDown = err != nil
+	if err == nil {
 		for _, p := range pods {
 			if p.UID == pod.UID {
 				o.StartAttempts, o.LivenessKills, o.Running, o.LastTermination = containerRecord(p)
+				o.StartRefused = startRefused(p)
 			}
 		}
 	}
@@ -180,6 +187,40 @@ func containerRecord(p localstatus.Pod) (attempts, kills int, running bool, last
 		}
 	}
 	return attempts, kills, running, last
+}
+
+// etcdServers are the host:port of every --etcd-servers argument of the
+// operand's containers.
+func etcdServers(pod *corev1.Pod) []string {
+	var out []string
+	for _, c := range pod.Spec.Containers {
+		for _, arg := range append(append([]string{}, c.Command...), c.Args...) {
+			list, ok := strings.CutPrefix(arg, "--etcd-servers=")
+			if !ok {
+				continue
+			}
+			for _, s := range strings.Split(list, ",") {
+				if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.Host != "" {
+					out = append(out, u.Host)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// reasonCreateContainerConfigError is the waiting reason (the kubelet's, and
+// the node agent's) of a container whose configuration cannot be made.
+const reasonCreateContainerConfigError = "CreateContainerConfigError"
+
+// startRefused is the agent's message for a container it will not create.
+func startRefused(p localstatus.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason == reasonCreateContainerConfigError {
+			return w.Message
+		}
+	}
+	return ""
 }
 
 // describeEnd says how a container ended: exit code, reason and the

@@ -139,6 +139,23 @@ func TestStep(t *testing.T) {
 		if n, _ := l.LastKnownGood(); n != 2 {
 			t.Errorf("last-known-good moved to %d", n)
 		}
+
+		// Killed after the fallback, before its manifest went: the
+		// restarted monitor leaves the fallback as it is and goes.
+		if err := os.WriteFile(l.MonitorManifest(), []byte("monitor"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fellBack := mustRead(t, l.OperandManifest())
+		again := &Monitor{Layout: l, Revision: 3, NodeName: "n1", Timeouts: DefaultTimeouts, Agent: agent, Server: &fakeServer{}, Clock: clk, Log: m.Log}
+		if v, done, err := again.Step(context.Background()); !done || err != nil || v.Action != Leave {
+			t.Fatalf("restarted monitor: %v %v %v, want Leave", v, done, err)
+		}
+		if _, err := os.Stat(l.MonitorManifest()); !os.IsNotExist(err) {
+			t.Errorf("the restarted monitor's manifest is still there: %v", err)
+		}
+		if got := mustRead(t, l.OperandManifest()); string(got) != string(fellBack) {
+			t.Errorf("the restarted monitor changed the fallback manifest:\n%s", got)
+		}
 	})
 
 	t.Run("the ready timeout counts from the first start, not from the manifest", func(t *testing.T) {

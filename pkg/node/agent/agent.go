@@ -87,10 +87,13 @@ type Agent struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 
-	mu         sync.Mutex
-	workers    map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
-	wg         sync.WaitGroup
-	podLister  cache.Store
+	mu        sync.Mutex
+	workers   map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
+	wg        sync.WaitGroup
+	podLister cache.Store
+	// mirrors is podLister with the mirror pods the agent itself wrote
+	// layered over it, newer resource version first.
+	mirrors    cache.MutationCache
 	podsSynced func() bool // whether the API's pods of this node have been listed
 	node       *corev1.Node
 	staticWake chan struct{}
@@ -179,6 +182,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 	})
 	a.podLister, a.podsSynced = indexer, informer.HasSynced
+	a.mirrors = cache.NewIntegerResourceVersionMutationCache(klog.FromContext(ctx), indexer, nil, mirrorMutationTTL, true)
 	if a.opts.APIAddress != "" {
 		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
 			ClientCAFile: a.opts.ClientCAFile, NodeName: a.opts.NodeName, Client: a.client,

@@ -192,14 +192,21 @@ func isServiceAccountAutomount(v corev1.Volume) bool {
 var systemDirPrefixes = []string{"/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/"}
 
 // checkMountPoint refuses a mount inside a read-only system directory
-// whose mount point does not exist on the host (runc could not make it).
-func checkMountPoint(dest string) error {
+// whose mount point does not exist on the host and cannot be made there:
+// the runc runtime makes an empty directory for a directory source (as a
+// revision's /etc/kubernetes/static-pod-resources), nothing for a file.
+func checkMountPoint(m runtime.Mount) error {
 	for _, p := range systemDirPrefixes {
-		if strings.HasPrefix(dest, p) {
-			if _, err := os.Stat(dest); err != nil {
-				return fmt.Errorf("%w: mount path %s is inside the read-only %s of the host and does not exist there", errConfig, dest, strings.TrimSuffix(p, "/"))
-			}
+		if !strings.HasPrefix(m.Destination, p) {
+			continue
 		}
+		if _, err := os.Stat(m.Destination); err == nil {
+			return nil
+		}
+		if st, err := os.Stat(m.Source); err == nil && st.IsDir() {
+			return nil
+		}
+		return fmt.Errorf("%w: mount path %s is inside the read-only %s of the host and does not exist there", errConfig, m.Destination, strings.TrimSuffix(p, "/"))
 	}
 	return nil
 }

@@ -2,9 +2,13 @@ package agent
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 func TestCheckForRuntime(t *testing.T) {
@@ -51,5 +55,31 @@ func TestPodCIDRMismatch(t *testing.T) {
 		if got := PodCIDRMismatch(tt.allocated, tt.configured); (got != "") != tt.mismatch {
 			t.Errorf("PodCIDRMismatch(%q, %q) = %q, want a mismatch %v", tt.allocated, tt.configured, got, tt.mismatch)
 		}
+	}
+}
+
+func TestCheckMountPoint(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		m       runtime.Mount
+		refused bool
+	}{
+		{name: "outside system directories", m: runtime.Mount{Source: file, Destination: "/data/x"}},
+		{name: "existing mount point in /etc", m: runtime.Mount{Source: file, Destination: "/etc/hostname"}},
+		{name: "missing mount point in /etc, directory source: runc makes it", m: runtime.Mount{Source: dir, Destination: "/etc/steadyplane-test-does-not-exist"}},
+		{name: "missing mount point in /etc, file source", m: runtime.Mount{Source: file, Destination: "/etc/steadyplane-test-does-not-exist"}, refused: true},
+		{name: "missing mount point in /usr, missing source", m: runtime.Mount{Source: filepath.Join(dir, "gone"), Destination: "/usr/steadyplane-test-does-not-exist"}, refused: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkMountPoint(tt.m)
+			if (err != nil) != tt.refused || err != nil && !errors.Is(err, errConfig) {
+				t.Errorf("checkMountPoint = %v, refused want %v (as a config error)", err, tt.refused)
+			}
+		})
 	}
 }

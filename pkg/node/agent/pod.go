@@ -172,7 +172,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}
 	for _, m := range mounts {
-		if err := checkMountPoint(m.Destination); err != nil {
+		if err := checkMountPoint(m); err != nil {
 			return nil, err
 		}
 	}

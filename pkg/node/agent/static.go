@@ -17,6 +17,14 @@ import (
 // file event (events can be lost, e.g. on some network file systems).
 const staticResync = 20 * time.Second
 
+// mirrorRetry is how soon a mirror pod the API refused is tried again.
+const mirrorRetry = time.Second
+
+// mirrorMutationTTL is how long a mirror pod the agent wrote is preferred to
+// an older copy in the informer. A mirror deleted by hand within that time
+// after the agent wrote it is recreated only after it.
+const mirrorMutationTTL = 30 * time.Second
+
 // runStaticPods keeps the static pods in step with the manifest directory
 // and their mirror pods in step with the static pods, until ctx ends.
 func (a *Agent) runStaticPods(ctx context.Context) {
@@ -39,7 +47,15 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 	t := time.NewTicker(staticResync)
 	defer t.Stop()
 	for {
-		owners = a.syncStaticPods(ctx, reported, owners)
+		var mirrorsDone bool
+		owners, mirrorsDone = a.syncStaticPods(ctx, reported, owners)
+		// A mirror the API refused (it is restarting, as with a new
+		// control-plane revision) is tried again within a second, not at the
+		// next resync: the startup monitor waits for it to show Ready.
+		var retry <-chan time.Time
+		if !mirrorsDone {
+			retry = time.After(mirrorRetry)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -47,6 +63,7 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 			// Let a burst of writes (an editor's save) settle.
 			time.Sleep(100 * time.Millisecond)
 		case <-a.staticWake:
+		case <-retry:
 		case <-t.C:
 		}
 	}
@@ -57,12 +74,13 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 func staticKey(pod *corev1.Pod) string { return "static/" + pod.Namespace + "/" + pod.Name }
 
 // syncStaticPods runs the static pods the manifest directory asks for and
-// returns which file defines each (owners, for the next turn).
-func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, owners map[string]string) map[string]string {
+// returns which file defines each (owners, for the next turn), and whether
+// their mirror pods are in step (false: try again soon).
+func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, owners map[string]string) (map[string]string, bool) {
 	results, err := staticpod.LoadDir(a.opts.PodManifestPath, a.opts.NodeName)
 	if err != nil {
 		klog.ErrorS(err, "Reading the manifest directory", "path", a.opts.PodManifestPath)
-		return owners
+		return owners, true // the next resync reads it again; fsnotify wakes earlier
 	}
 	pods, files, refused := staticpod.Desired(results, owners)
 	for _, r := range refused {
@@ -101,10 +119,11 @@ func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, ow
 		}
 	}
 	a.mu.Unlock()
+	mirrorsDone := true
 	if a.podsSynced != nil && a.podsSynced() {
-		a.syncMirrors(ctx, wanted)
+		mirrorsDone = a.syncMirrors(ctx, wanted)
 	}
-	return files
+	return files, mirrorsDone
 }
 
 func (a *Agent) wakeStatic() {
@@ -118,8 +137,9 @@ func (a *Agent) wakeStatic() {
 }
 
 // syncMirrors creates missing mirror pods, replaces outdated ones, and
-// deletes those whose static pod is gone.
-func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) {
+// deletes those whose static pod is gone; false when an API call failed.
+func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) bool {
+	done := true
 	byName := map[string]*corev1.Pod{}
 	for _, p := range wanted {
 		byName[p.Namespace+"/"+p.Name] = p
@@ -140,26 +160,38 @@ func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) 
 		err := a.client.CoreV1().Pods(m.Namespace).Delete(ctx, m.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.ErrorS(err, "Deleting an outdated mirror pod", "pod", klog.KObj(m))
+			done = false
 		}
 	}
 	for _, p := range wanted {
 		if a.mirrorFor(p) != nil {
 			continue
 		}
-		_, err := a.client.CoreV1().Pods(p.Namespace).Create(ctx, staticpod.Mirror(p, nodeName, nodeUID), metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		created, err := a.client.CoreV1().Pods(p.Namespace).Create(ctx, staticpod.Mirror(p, nodeName, nodeUID), metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			// Its status is due now, not when the informer (backing off
+			// after the API server's restart) sees it.
+			a.mirrors.Mutation(created)
+			a.pokeStaticWorkers()
+		case apierrors.IsAlreadyExists(err):
+			done = false // the outdated one is still going
+		default:
+			done = false
 			klog.ErrorS(err, "Creating a mirror pod", "pod", klog.KObj(p))
 			a.nodeEvent(corev1.EventTypeWarning, "MirrorPodFailed", "Creating mirror pod %s/%s: %v", p.Namespace, p.Name, err)
 		}
 	}
+	return done
 }
 
-// mirrorFor returns the API's mirror pod of static pod p, if it is current.
+// mirrorFor returns the API's mirror pod of static pod p, if it is current:
+// the newer of what the informer saw and what the agent last wrote.
 func (a *Agent) mirrorFor(p *corev1.Pod) *corev1.Pod {
-	if a.podLister == nil {
+	if a.mirrors == nil {
 		return nil
 	}
-	obj, ok, _ := a.podLister.GetByKey(p.Namespace + "/" + p.Name)
+	obj, ok, _ := a.mirrors.GetByKey(p.Namespace + "/" + p.Name)
 	if !ok {
 		return nil
 	}
@@ -174,6 +206,11 @@ func (a *Agent) mirrorFor(p *corev1.Pod) *corev1.Pod {
 // so that their status reaches a new mirror at once.
 func (a *Agent) mirrorChanged(*corev1.Pod) {
 	a.wakeStatic()
+	a.pokeStaticWorkers()
+}
+
+// pokeStaticWorkers has every static pod's worker write its status now.
+func (a *Agent) pokeStaticWorkers() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, w := range a.workers {

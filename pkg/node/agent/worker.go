@@ -688,7 +688,10 @@ func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	s := w.status(target)
-	_, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
+	written, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
+	if err == nil && w.static && written != nil { // nil: nothing was sent
+		w.a.mirrors.Mutation(written) // the base of the next patch
+	}
 	if err != nil {
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.ErrorS(err, "Writing pod status", "pod", klog.KObj(target))

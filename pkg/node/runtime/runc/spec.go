@@ -1,6 +1,9 @@
 package runc
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -249,6 +252,21 @@ func prepareRootfs(dir string, s *specs.Spec, system []HostPath) error {
 				continue
 			}
 		}
+		if sys, ok := underSystemDir(m.Destination, system); ok && m.Type == "bind" {
+			// The host's system directory is bound read-only, so runc
+			// cannot make the mount point in it: it has to exist on the
+			// host (as kubeadm's /etc/kubernetes/... does). An empty
+			// directory is all that is made; a pod that may bind host
+			// paths could make it anyway.
+			if _, err := os.Stat(m.Destination); errors.Is(err, fs.ErrNotExist) {
+				if st, err := os.Stat(m.Source); err == nil && st.IsDir() {
+					if err := os.MkdirAll(m.Destination, 0o755); err != nil {
+						return fmt.Errorf("mount point %s in the host's %s: %w", m.Destination, sys, err)
+					}
+				}
+			}
+			continue
+		}
 		if isUnderOtherMount(m.Destination, s.Mounts) {
 			continue // runc creates it inside that mount
 		}
@@ -283,6 +301,17 @@ func tmpfsMode(opts []string) os.FileMode {
 
 // isUnderOtherMount tells whether dest lies inside another mount of mounts
 // (not the root filesystem), where its mount point is that mount's business.
+// underSystemDir returns the host system directory (bound read-only into
+// every container) that dest lies in, if any.
+func underSystemDir(dest string, system []HostPath) (string, bool) {
+	for _, d := range system {
+		if d.Symlink == "" && strings.HasPrefix(dest, strings.TrimSuffix(d.Path, "/")+"/") {
+			return d.Path, true
+		}
+	}
+	return "", false
+}
+
 func isUnderOtherMount(dest string, mounts []specs.Mount) bool {
 	for _, m := range mounts {
 		if m.Destination != dest && strings.HasPrefix(dest, strings.TrimSuffix(m.Destination, "/")+"/") {

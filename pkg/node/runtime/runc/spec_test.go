@@ -2,6 +2,7 @@ package runc
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -156,5 +157,38 @@ func TestOOMKills(t *testing.T) {
 		if n, ok := OOMKills(p); n != c.n || ok != c.ok {
 			t.Errorf("%s: %d %v, want %d %v", name, n, ok, c.n, c.ok)
 		}
+	}
+}
+
+// A bind mount into a read-only system directory gets its mount point made
+// on the host (runc cannot make it there); elsewhere the root filesystem
+// gets it, and nothing outside a system directory is touched on the host.
+func TestPrepareRootfsMountPointInSystemDir(t *testing.T) {
+	host := t.TempDir()
+	sys := filepath.Join(host, "etc")
+	src := filepath.Join(host, "src")
+	for _, d := range []string{sys, src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	system := []HostPath{{Path: sys}}
+	inSys := filepath.Join(sys, "kubernetes", "static-pod-resources")
+	outside := "/steadyplane-test-nonexistent/mnt"
+	cfg := runtime.ContainerConfig{Argv: []string{"true"}, Mounts: []runtime.Mount{
+		{Source: src, Destination: inSys, ReadOnly: true}, {Source: src, Destination: outside},
+	}}
+	rootfs := filepath.Join(host, "bundle", "rootfs")
+	if err := prepareRootfs(rootfs, Spec(&cfg, system, ""), system); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(inSys); err != nil || !st.IsDir() {
+		t.Errorf("mount point %s not made on the host: %v", inSys, err)
+	}
+	if _, err := os.Stat(outside); err == nil {
+		t.Errorf("%s made on the host, outside a system directory", outside)
+	}
+	if st, err := os.Stat(filepath.Join(rootfs, outside)); err != nil || !st.IsDir() {
+		t.Errorf("mount point %s not made in the root filesystem: %v", outside, err)
 	}
 }

@@ -1,0 +1,87 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// UpPorts is how many free loopback ports UpArgs takes.
+const UpPorts = 9
+
+// UpArgs is the argument list of "steadyplane up" with its data in dataDir,
+// every listener on one of ports (FreePorts(UpPorts)), and a pod range
+// (10.<octet>.<n>.0/24) and CNI bridge (<bridgePrefix><ports[0]>) of the
+// run's own, so that test packages and benchmarks running at once do not
+// meet. It returns the bridge's name too, for the caller to remove.
+func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra ...string) (args []string, bridge string) {
+	bridge = fmt.Sprintf("%s%d", bridgePrefix, ports[0])
+	args = []string{"up",
+		"--data-dir", dataDir,
+		"--apiserver-port", strconv.Itoa(ports[0]),
+		"--etcd-client-port", strconv.Itoa(ports[1]),
+		"--etcd-peer-port", strconv.Itoa(ports[2]),
+		"--node-metrics-port", strconv.Itoa(ports[3]),
+		"--readiness-webhook-port", strconv.Itoa(ports[4]),
+		"--node-api-port", strconv.Itoa(ports[5]),
+		"--controller-manager-port", strconv.Itoa(ports[6]),
+		"--scheduler-port", strconv.Itoa(ports[7]),
+		"--operator-metrics-port", strconv.Itoa(ports[8]),
+		"--pod-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
+		"--cni-bridge", bridge,
+	}
+	return append(args, extra...), bridge
+}
+
+// UpRun is a "steadyplane up" a benchmark started, and when its progress
+// lines came.
+type UpRun struct {
+	cmd *exec.Cmd
+	// APIReady and AllReady are the times from the start to "apiserver
+	// ready in" and to "steadyplane is up".
+	APIReady, AllReady time.Duration
+}
+
+// StartUp runs bin with args (UpArgs) and returns once it says it is up;
+// its further output is read and dropped.
+func StartUp(ctx context.Context, bin string, args []string) (*UpRun, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	u := &UpRun{cmd: cmd}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "apiserver ready in"):
+			u.APIReady = time.Since(start)
+		case strings.Contains(line, "steadyplane is up"):
+			u.AllReady = time.Since(start)
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return u, nil
+		}
+	}
+	_ = cmd.Wait()
+	return nil, fmt.Errorf("up exited before it was up")
+}
+
+// Stop sends SIGTERM, as Ctrl-C would, and waits for up to exit.
+func (u *UpRun) Stop() {
+	_ = u.cmd.Process.Signal(syscall.SIGTERM)
+	_ = u.cmd.Wait()
+}

@@ -1,0 +1,203 @@
+// Package testup runs "steadyplane up" for the end-to-end test packages as a
+// user runs it: the binary, free loopback ports, a pod range and bridge of
+// the run's own, and the README's walkthroughs verbatim.
+package testup
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/steadyplane/steadyplane/internal/procfs"
+	"github.com/steadyplane/steadyplane/internal/testenv"
+)
+
+// Up is a running "steadyplane up".
+type Up struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	output []string
+	upCh   chan struct{}
+	done   chan struct{}
+}
+
+// Start runs "steadyplane up" on ports (Setup's nine) with extra flags; the
+// test's cleanup kills it if it still runs and removes its pods and bridge.
+func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up {
+	t.Helper()
+	// A pod range and bridge of this run's own (other test packages run at once).
+	args, bridge := testenv.UpArgs(dataDir, ports, 246, "spe", extra...)
+	cmd := exec.Command(bin, args...)
+	t.Cleanup(func() {
+		testenv.CleanNode(filepath.Join(dataDir, "node"))
+		_ = exec.Command("ip", "link", "del", bridge).Run()
+	})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Up{cmd: cmd, upCh: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		upSeen := false
+		for sc.Scan() {
+			line := sc.Text()
+			t.Logf("up: %s", line)
+			p.mu.Lock()
+			p.output = append(p.output, line)
+			p.mu.Unlock()
+			if !upSeen && strings.Contains(line, "steadyplane is up") {
+				upSeen = true
+				close(p.upCh)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	return p
+}
+
+// WaitUp waits until up says it is up, failing the test otherwise.
+func (p *Up) WaitUp(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.upCh:
+	case <-p.done:
+		t.Fatalf("steadyplane up exited before it was up:\n%s", p.Text())
+	case <-time.After(timeout):
+		t.Fatalf("steadyplane up not up after %v:\n%s", timeout, p.Text())
+	}
+}
+
+// Text is up's output so far.
+func (p *Up) Text() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.output, "\n")
+}
+
+// Stop sends SIGTERM, as Ctrl-C or a service manager would, and waits.
+func (p *Up) Stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("steadyplane up did not stop within 90s after SIGTERM:\n%s", p.Text())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("steadyplane up exited with %d after SIGTERM", code)
+	}
+}
+
+// Kubectl runs kubectl with the kubeconfig and returns its combined output.
+func Kubectl(t *testing.T, ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	bin, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// ChildPids lists processes whose command line mentions dataDir: the children
+// "up" started from it.
+func ChildPids(dataDir string) []int {
+	return procfs.Find(func(argv []string) bool { return strings.Contains(strings.Join(argv, "\x00"), dataDir) })
+}
+
+// Setup skips in -short mode and returns the binary, a fresh data directory,
+// three free loopback ports and a context bounded by timeout.
+func Setup(t *testing.T, timeout time.Duration) (bin, dataDir string, ports []int, ctx context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs steadyplane up")
+	}
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	ports, err = testenv.FreePorts(testenv.UpPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, filepath.Join(t.TempDir(), "sp"), ports, ctx
+}
+
+// ReadmeBlock returns the first sh block of the README's section heading.
+func ReadmeBlock(t *testing.T, heading string) string {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## "+heading)
+	if !ok {
+		t.Fatalf("README has no section %q", heading)
+	}
+	_, block, ok := strings.Cut(section, "```sh\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatalf("README's section %q has no sh block", heading)
+	}
+	return block
+}
+
+// StartWalkthrough starts "up" with its data in <work>/.steadyplane, where
+// the README's walkthroughs expect it, and returns the context, the data
+// directory and a function that runs a bash script in <work> with kubectl on
+// the PATH and returns its output, failing the test if the script fails.
+func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (context.Context, string, func(name, script string) string) {
+	t.Helper()
+	bin, dataDir, ports, ctx := Setup(t, timeout)
+	work := filepath.Dir(dataDir)
+	dataDir = filepath.Join(work, ".steadyplane")
+	up := Start(t, bin, dataDir, ports, upArgs...)
+	up.WaitUp(t, 4*time.Minute)
+	t.Cleanup(func() { up.Stop(t) })
+	k, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, dataDir, func(name, script string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		t.Logf("%s:\n%s", name, out)
+		if err != nil {
+			t.Fatalf("%s failed: %v", name, err)
+		}
+		return string(out)
+	}
+}

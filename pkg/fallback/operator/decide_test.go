@@ -1,0 +1,173 @@
+package operator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+)
+
+func TestObserveNode(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	now := metav1.NewTime(t0.Add(time.Minute))
+	installing := v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, TargetRevision: 3}
+	cases := []struct {
+		name      string
+		ns        v1alpha1.NodeStatus
+		m         *Mirror
+		installed time.Time
+		want      v1alpha1.NodeStatus
+		event     string
+	}{
+		{"no mirror pod: nothing known", installing, nil, time.Time{}, installing, ""},
+		{"the old revision still runs", installing, &Mirror{Revision: 2, Ready: true, Created: t0.Add(-time.Hour)}, t0, installing, ""},
+		{"the target runs, not Ready yet", installing, &Mirror{Revision: 3}, t0, installing, ""},
+		{"the target runs Ready: rolled out, fallbacks forgotten", v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, TargetRevision: 3, LastFallbackCount: 2},
+			&Mirror{Revision: 3, Ready: true}, t0, v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 3}, "RevisionRolledOut"},
+		{"a fallback from the target is recorded", installing, &Mirror{Revision: 2, FallbackFor: 3, Reason: "CrashLooping", Message: "exit code 1"}, t0,
+			v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, LastFailedRevision: 3, LastFailedReason: "CrashLooping", LastFailedTime: &now, LastFallbackCount: 1, LastFailedRevisionErrors: []string{"exit code 1"}},
+			"RevisionFallback"},
+		{"an old fallback is not recorded twice", v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, LastFailedRevision: 3, LastFallbackCount: 1},
+			&Mirror{Revision: 2, FallbackFor: 3, Ready: true}, time.Time{}, v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, LastFailedRevision: 3, LastFallbackCount: 1}, ""},
+		{"a second failure counts up", v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, TargetRevision: 4, LastFailedRevision: 3, LastFallbackCount: 1},
+			&Mirror{Revision: 2, FallbackFor: 4, Reason: "NotReady"}, t0,
+			v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2, LastFailedRevision: 4, LastFailedReason: "NotReady", LastFailedTime: &now, LastFallbackCount: 2, LastFailedRevisionErrors: []string{""}},
+			"RevisionFallback"},
+		{"nothing in flight: current follows what runs Ready", v1alpha1.NodeStatus{NodeName: "n"}, &Mirror{Revision: 1, Ready: true}, time.Time{}, v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 1}, ""},
+		{"another revision's mirror made after the install: interrupted", installing, &Mirror{Revision: 2, Ready: true, Created: t0.Add(time.Second)}, t0,
+			v1alpha1.NodeStatus{NodeName: "n", CurrentRevision: 2}, "RolloutInterrupted"},
+		{"the same, while the installer runs: wait", installing, &Mirror{Revision: 2, Ready: true, Created: t0.Add(time.Second)}, time.Time{}, installing, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, evs := ObserveNode(c.ns, c.m, c.installed, now)
+			if !equalStatus(got, c.want) {
+				t.Errorf("status\n got %+v\nwant %+v", got, c.want)
+			}
+			if (c.event == "") != (len(evs) == 0) || (c.event != "" && evs[0].Reason != c.event) {
+				t.Errorf("events %+v, want %q", evs, c.event)
+			}
+		})
+	}
+}
+
+func equalStatus(a, b v1alpha1.NodeStatus) bool {
+	ta, tb := a.LastFailedTime, b.LastFailedTime
+	a.LastFailedTime, b.LastFailedTime = nil, nil
+	return (ta == nil) == (tb == nil) && (ta == nil || ta.Equal(tb)) &&
+		strings.Join(a.LastFailedRevisionErrors, "|") == strings.Join(b.LastFailedRevisionErrors, "|") &&
+		a.NodeName == b.NodeName && a.CurrentRevision == b.CurrentRevision && a.TargetRevision == b.TargetRevision &&
+		a.LastFailedRevision == b.LastFailedRevision && a.LastFailedReason == b.LastFailedReason && a.LastFallbackCount == b.LastFallbackCount
+}
+
+func TestNextInstall(t *testing.T) {
+	n := func(name string, current, target, failed int32) v1alpha1.NodeStatus {
+		return v1alpha1.NodeStatus{NodeName: name, CurrentRevision: current, TargetRevision: target, LastFailedRevision: failed}
+	}
+	cases := []struct {
+		name   string
+		nodes  []v1alpha1.NodeStatus
+		latest int32
+		want   string
+	}{
+		{"all at latest", []v1alpha1.NodeStatus{n("a", 3, 0, 0), n("b", 3, 0, 0)}, 3, ""},
+		{"first behind node", []v1alpha1.NodeStatus{n("a", 3, 0, 0), n("b", 2, 0, 0), n("c", 2, 0, 0)}, 3, "b"},
+		{"one at a time", []v1alpha1.NodeStatus{n("a", 3, 0, 0), n("b", 2, 3, 0), n("c", 2, 0, 0)}, 3, ""},
+		{"a newer revision supersedes one in flight on that node", []v1alpha1.NodeStatus{n("a", 2, 3, 0), n("b", 2, 0, 0)}, 4, "a"},
+		{"the rollout stops at a failed node", []v1alpha1.NodeStatus{n("a", 2, 0, 3), n("b", 2, 0, 0)}, 3, ""},
+		{"a newer revision after a failure goes on", []v1alpha1.NodeStatus{n("a", 2, 0, 3)}, 4, "a"},
+		{"no nodes", nil, 3, ""},
+	}
+	for _, c := range cases {
+		got, ok := NextInstall(c.nodes, c.latest)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("%s: %q %v, want %q", c.name, got, ok, c.want)
+		}
+	}
+}
+
+func TestRetryAt(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	p := RetryPolicy{Base: 10 * time.Minute, Max: 6 * time.Hour}
+	cases := []struct {
+		reason string
+		count  int32
+		ok     bool
+		after  time.Duration
+	}{
+		{"CrashLooping", 1, false, 0},
+		{"NeverStartedUp", 3, false, 0},
+		{"EtcdUnhealthy", 1, true, 10 * time.Minute},
+		{"NotReady", 2, true, 20 * time.Minute},
+		{"Unhealthy", 3, true, 40 * time.Minute},
+		{"NotReady", 20, true, 6 * time.Hour},
+	}
+	for _, c := range cases {
+		at, ok := p.RetryAt(v1alpha1.NodeStatus{LastFailedReason: c.reason, LastFallbackCount: c.count, LastFailedTime: &t0})
+		if ok != c.ok || (ok && at.Sub(t0.Time) != c.after) {
+			t.Errorf("%s after %d fallbacks: %v %v, want %v after %v", c.reason, c.count, at, ok, c.ok, c.after)
+		}
+	}
+}
+
+func TestConditions(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	p := RetryPolicy{Base: 10 * time.Minute, Max: 6 * time.Hour}
+	get := func(cs []metav1.Condition, typ string) metav1.Condition {
+		for _, c := range cs {
+			if c.Type == typ {
+				return c
+			}
+		}
+		t.Fatalf("no %s", typ)
+		return metav1.Condition{}
+	}
+	cases := []struct {
+		name                             string
+		st                               v1alpha1.KubeAPIServerStatus
+		available, progressing, degraded metav1.ConditionStatus
+		degradedReason, message          string
+	}{
+		{"settled", v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 1, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1}}},
+			"True", "False", "False", "AsExpected", ""},
+		{"rolling out", v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 2, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1, TargetRevision: 2}}},
+			"True", "True", "False", "AsExpected", ""},
+		{"crash loop: degraded, not retried", v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 2, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1,
+			LastFailedRevision: 2, LastFailedReason: "CrashLooping", LastFailedTime: &t0, LastFallbackCount: 1, LastFailedRevisionErrors: []string{"unknown flag: --no-such-flag"}}}},
+			"True", "False", "True", "CrashLooping", "unknown flag: --no-such-flag. Not retried"},
+		{"etcd: degraded, retried", v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 2, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1,
+			LastFailedRevision: 2, LastFailedReason: "EtcdUnhealthy", LastFailedTime: &t0, LastFallbackCount: 1}}},
+			"True", "False", "True", "EtcdUnhealthy", "Retrying as a new revision at 2026-11-23T05:10:00Z"},
+		{"a good revision after the failure clears it", v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 3, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 3,
+			LastFailedRevision: 2, LastFailedReason: "CrashLooping", LastFailedTime: &t0}}},
+			"True", "False", "False", "AsExpected", ""},
+		{"nothing runs", v1alpha1.KubeAPIServerStatus{}, "False", "False", "False", "AsExpected", ""},
+	}
+	for _, c := range cases {
+		cs := Conditions(c.st, p, 1)
+		a, pr, d := get(cs, v1alpha1.ConditionAvailable), get(cs, v1alpha1.ConditionProgressing), get(cs, v1alpha1.ConditionDegraded)
+		if a.Status != c.available || pr.Status != c.progressing || d.Status != c.degraded || d.Reason != c.degradedReason || !strings.Contains(d.Message, c.message) {
+			t.Errorf("%s: Available %s Progressing %s Degraded %s %s %q", c.name, a.Status, pr.Status, d.Status, d.Reason, d.Message)
+		}
+	}
+}
+
+func TestInputsHash(t *testing.T) {
+	base := Inputs{Templates: map[string]string{"a": "1"}, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
+	same := Inputs{Templates: map[string]string{"a": "1"}, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
+	if base.Hash() != same.Hash() {
+		t.Error("equal inputs hash differently")
+	}
+	for name, in := range map[string]Inputs{
+		"extra arg": {Templates: base.Templates, Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
+		"template":  {Templates: map[string]string{"a": "2"}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
+		"secret":    {Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: map[string]map[string][]byte{"s": {"k": []byte("v")}}},
+	} {
+		if in.Hash() == base.Hash() {
+			t.Errorf("a changed %s hashes the same", name)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package operator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+)
+
+// The ConfigMap of templates "steadyplane up" writes, and its keys: the pods
+// every revision is made from. They hold what only the node knows (paths,
+// ports, the binary), so that the operator does not.
+const (
+	TemplatesConfigMap = "kube-apiserver-templates"
+	OperandKey         = "operand.yaml"
+	MonitorKey         = "startup-monitor.yaml"
+	InstallerKey       = "installer.yaml"
+)
+
+// A revision in the API: ConfigMap kube-apiserver-pod-<N> holding the two
+// manifests, with the user's ConfigMaps and Secrets copied as <name>-<N>.
+const (
+	// RevisionOperandKey and RevisionMonitorKey are its manifests.
+	RevisionOperandKey = "kube-apiserver-pod.yaml"
+	RevisionMonitorKey = "startup-monitor-pod.yaml"
+	// RevisionLabel marks a revision's objects with its number.
+	RevisionLabel = "operator.steadyplane.io/revision"
+	// InputHashAnnotation is the hash of what the revision was made from
+	// (Inputs.Hash): a change makes a new revision.
+	InputHashAnnotation = "operator.steadyplane.io/input-hash"
+	// ConfigMapsAnnotation and SecretsAnnotation list the user's objects
+	// copied, as a JSON array of names.
+	ConfigMapsAnnotation = "operator.steadyplane.io/configmaps"
+	SecretsAnnotation    = "operator.steadyplane.io/secrets"
+	// CauseAnnotation says why the revision was made.
+	CauseAnnotation = "operator.steadyplane.io/cause"
+)
+
+// ResourcesVolume is the operand template's hostPath volume of the
+// resources directory; a revision points it at its own directory and mounts
+// it at ResourcesMountPath.
+const (
+	ResourcesVolume    = "static-pod-resources"
+	ResourcesMountPath = "/etc/kubernetes/static-pod-resources"
+)
+
+// RevisionName is the name of revision n's ConfigMap of operand.
+func RevisionName(operand string, n int32) string { return fmt.Sprintf("%s-pod-%d", operand, n) }
+
+// CopyName is the name of revision n's copy of the user's object name.
+func CopyName(name string, n int32) string { return name + "-" + strconv.Itoa(int(n)) }
+
+// Inputs is everything a revision is made from.
+type Inputs struct {
+	// Templates is the templates ConfigMap's data.
+	Templates map[string]string
+	// Spec is the KubeAPIServer's spec.
+	Spec v1alpha1.KubeAPIServerSpec
+	// ConfigMaps and Secrets are the user's objects' data, by name.
+	ConfigMaps map[string]map[string]string
+	Secrets    map[string]map[string][]byte
+}
+
+// Hash identifies the inputs: equal inputs make equal revisions, so a new
+// revision is made exactly when the hash changes (or for a retry).
+func (in Inputs) Hash() string {
+	// encoding/json sorts map keys: the same inputs always hash the same.
+	b, err := json.Marshal(in)
+	if err != nil {
+		panic(err) // maps of strings and bytes always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Templates are the parsed templates.
+type Templates struct {
+	Operand, Monitor, Installer *corev1.Pod
+}
+
+// ParseTemplates parses the templates ConfigMap's data.
+func ParseTemplates(data map[string]string) (Templates, error) {
+	var t Templates
+	for key, dst := range map[string]**corev1.Pod{OperandKey: &t.Operand, MonitorKey: &t.Monitor, InstallerKey: &t.Installer} {
+		var pod corev1.Pod
+		if err := yaml.UnmarshalStrict([]byte(data[key]), &pod); err != nil {
+			return t, fmt.Errorf("template %s: %w", key, err)
+		}
+		if len(pod.Spec.Containers) != 1 {
+			return t, fmt.Errorf("template %s: %d containers, want 1", key, len(pod.Spec.Containers))
+		}
+		*dst = &pod
+	}
+	return t, nil
+}
+
+// RenderOperand is revision n of the operand: the template with the
+// revision annotation and the spec's extra arguments and, when the spec
+// names ConfigMaps or Secrets, the revision's directory mounted read-only
+// at ResourcesMountPath.
+func RenderOperand(t Templates, spec v1alpha1.KubeAPIServerSpec, n int32) (*corev1.Pod, error) {
+	pod := t.Operand.DeepCopy()
+	setRevision(pod, n)
+	c := &pod.Spec.Containers[0]
+	c.Command = append(c.Command, spec.ExtraArgs...)
+	if len(spec.ConfigMaps)+len(spec.Secrets) == 0 {
+		return pod, nil
+	}
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if v.Name == ResourcesVolume && v.HostPath != nil {
+			v.HostPath.Path = filepath.Join(v.HostPath.Path, RevisionName(pod.Name, n))
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: ResourcesVolume, MountPath: ResourcesMountPath, ReadOnly: true})
+			return pod, nil
+		}
+	}
+	return nil, fmt.Errorf("operand template has no hostPath volume %q for the revision's files", ResourcesVolume)
+}
+
+// RenderMonitor is revision n's startup monitor.
+func RenderMonitor(t Templates, n int32) *corev1.Pod {
+	pod := t.Monitor.DeepCopy()
+	setRevision(pod, n)
+	c := &pod.Spec.Containers[0]
+	c.Command = append(c.Command, "--revision="+strconv.Itoa(int(n)))
+	return pod
+}
+
+// RenderInstaller is the pod that installs revision n on node.
+func RenderInstaller(t Templates, node string, n, lastFailed int32, withMonitor bool) *corev1.Pod {
+	pod := t.Installer.DeepCopy()
+	pod.Name = InstallerName(node, n)
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[RevisionLabel] = strconv.Itoa(int(n))
+	pod.Labels[InstallerNodeLabel] = node
+	pod.Spec.NodeName = node
+	c := &pod.Spec.Containers[0]
+	c.Command = append(c.Command, "--revision="+strconv.Itoa(int(n)), "--node-name="+node,
+		"--last-failed-revision="+strconv.Itoa(int(lastFailed)), "--startup-monitor="+strconv.FormatBool(withMonitor))
+	return pod
+}
+
+// InstallerNodeLabel marks an installer pod with its node.
+const InstallerNodeLabel = "operator.steadyplane.io/node"
+
+// InstallerName names the installer pod of revision n on node.
+func InstallerName(node string, n int32) string { return fmt.Sprintf("installer-%d-%s", n, node) }
+
+func setRevision(pod *corev1.Pod, n int32) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[fallback.RevisionAnnotation] = strconv.Itoa(int(n))
+}
+
+// sortedKeys lists a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
