@@ -15,6 +15,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/logfile"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
 
 // errConfig marks a container whose configuration cannot be run here
@@ -187,16 +188,15 @@ func isServiceAccountAutomount(v corev1.Volume) bool {
 	return strings.HasPrefix(v.Name, "kube-api-access-") && v.Projected != nil
 }
 
-// systemDirPrefixes are read-only in every container: a mount point must
-// already exist there.
-var systemDirPrefixes = []string{"/usr/", "/etc/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/"}
-
 // checkMountPoint refuses a mount inside a read-only system directory
 // whose mount point does not exist on the host and cannot be made there:
 // the runc runtime makes an empty directory for a directory source (as a
 // revision's /etc/kubernetes/static-pod-resources), nothing for a file.
 func checkMountPoint(m runtime.Mount) error {
-	for _, p := range systemDirPrefixes {
+	// runc binds these read-only into every container: a mount point in
+	// them must exist on the host, or be one runc makes.
+	for _, dir := range runc.SystemDirs {
+		p := dir + "/"
 		if !strings.HasPrefix(m.Destination, p) {
 			continue
 		}
