@@ -72,7 +72,10 @@ func newOperatorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+			// Every event of the operator is about the one KubeAPIServer; the
+			// default spam filter (25, then one per 5 minutes per object)
+			// would drop the story of a busy hour's rollouts.
+			broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{BurstSize: 100, QPS: 0.1}))
 			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 			defer broadcaster.Shutdown()
 			reg := prometheus.NewRegistry()

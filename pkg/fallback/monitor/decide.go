@@ -165,14 +165,15 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 	healthy := o.Healthz != nil && o.Healthz.OK
 	if o.StartAttempts-o.LivenessKills > 1 && !(o.Running && healthy) {
 		msg := fmt.Sprintf("revision %s was started %d times", revision, o.StartAttempts)
-		if o.LastTermination != "" {
-			msg += "; last end: " + o.LastTermination
-		}
 		reason := fallback.CrashLooping
-		if namesAny(o.LastTermination, o.EtcdServers) {
+		if line := etcdFailure(o.LastTermination, o.EtcdServers); line != "" {
 			// The API server exits when it cannot reach etcd at its start:
 			// the world around the revision, retried, not the revision.
 			reason = fallback.EtcdUnhealthy
+			msg += "; etcd did not answer it: " + line
+		}
+		if o.LastTermination != "" {
+			msg += "; last end: " + o.LastTermination
 		}
 		return Verdict{Action: FallBack, Reason: reason, Message: msg}
 	}
@@ -232,6 +233,32 @@ func checkReason(failed []string, otherwise fallback.Reason) fallback.Reason {
 		}
 	}
 	return otherwise
+}
+
+// etcdFailure is the line of a crashed API server's last words that shows
+// it exited for etcd, "" when they do not: it gave up waiting (its exit
+// error is a timeout, or names an etcd server) and a line naming one of the
+// etcd servers reports a failure to reach it. Dials cancelled because the
+// process was exiting for another reason (a bad flag, an audit policy) name
+// the servers too, and do not count.
+func etcdFailure(lastWords string, servers []string) string {
+	lines := strings.Split(strings.TrimSpace(lastWords), "\n")
+	exit := lines[len(lines)-1]
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(strings.TrimSpace(lines[i]), "Error:") {
+			exit = lines[i]
+			break
+		}
+	}
+	if !strings.Contains(exit, "deadline exceeded") && !namesAny(exit, servers) {
+		return ""
+	}
+	for _, line := range lines {
+		if namesAny(line, servers) && !strings.Contains(line, "operation was canceled") && !strings.Contains(line, "context canceled") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // namesAny tells whether text mentions one of the addresses.

@@ -15,6 +15,11 @@ func TestDecide(t *testing.T) {
 	good := &MirrorPod{Revision: "3", Ready: true}
 	to := Timeouts{FirstStart: 30 * time.Second, Ready: 5 * time.Minute}
 	early, late := 10*time.Second, 6*time.Minute
+	// Last words of kube-apiserver v1.36 with the wrong etcd CA, and with
+	// an audit policy it cannot parse (dials cancelled on the way out).
+	etcd := []string{"127.0.0.1:2379"}
+	etcdTLS := `W1123 10:18:54.117543       1 logging.go:55] [core] [Channel #1 SubChannel #3] grpc: addrConn.createTransport failed to connect to {Addr: "127.0.0.1:2379", ServerName: "127.0.0.1:2379", }. Err: connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`
+	etcdCancelled := `W1123 10:16:42.220262       1 logging.go:55] [core] [Channel #1 SubChannel #2] grpc: addrConn.createTransport failed to connect to {Addr: "127.0.0.1:2379", ServerName: "127.0.0.1:2379", }. Err: connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:2379: operation was canceled"`
 	running := func(o Observation) Observation {
 		o.OperandRevision, o.StartAttempts, o.Running = "3", 1, true
 		return o
@@ -38,9 +43,21 @@ func TestDecide(t *testing.T) {
 		{"no start attempt within the first-start timeout", Observation{OperandRevision: "3", Watched: 30 * time.Second}, FallBack, fallback.NeverStartedUp, "within 30s"},
 		{"a second start of an unhealthy server is a crash loop, at once", Observation{OperandRevision: "3", StartAttempts: 2, LastTermination: "exit code 1: unknown flag: --no-such-flag", Watched: early},
 			FallBack, fallback.CrashLooping, "unknown flag: --no-such-flag"},
-		{"a crash loop whose last words name an etcd server is etcd's (retried)", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: []string{"127.0.0.1:2379"},
-			LastTermination: `exit code 1 (Error): grpc: addrConn.createTransport failed to connect to {Addr: "127.0.0.1:2379"}: tls: failed to verify certificate`, Watched: early},
-			FallBack, fallback.EtcdUnhealthy, "started 2 times"},
+		{"a crash loop that gave up on an etcd server is etcd's (retried)", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: etcd,
+			LastTermination: etcdTLS + "\nError: error creating storage factory: context deadline exceeded", Watched: early},
+			FallBack, fallback.EtcdUnhealthy, "etcd did not answer it: " + etcdTLS},
+		{"a crash loop whose exit names the etcd server is etcd's", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: etcd,
+			LastTermination: `Error: dial tcp 127.0.0.1:2379: connect: connection refused`, Watched: early},
+			FallBack, fallback.EtcdUnhealthy, "connection refused"},
+		{"a crash loop with cancelled etcd dials on the way out is the revision's", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: etcd,
+			LastTermination: etcdCancelled + "\nError: loading audit policy file: failed decoding", Watched: early},
+			FallBack, fallback.CrashLooping, "audit policy"},
+		{"a crash loop for the revision's etcd flags (no dial failed) is the revision's", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: etcd,
+			LastTermination: "Error: error creating storage factory: open /nope/ca.crt: no such file or directory", Watched: early},
+			FallBack, fallback.CrashLooping, "no such file"},
+		{"a timeout while etcd was reached is the revision's", Observation{OperandRevision: "3", StartAttempts: 2, EtcdServers: etcd,
+			LastTermination: etcdCancelled + "\nError: context deadline exceeded", Watched: early},
+			FallBack, fallback.CrashLooping, "deadline exceeded"},
 		{"a second start that is down between runs is a crash loop", Observation{OperandRevision: "3", StartAttempts: 2, Healthz: ok, Watched: early}, FallBack, fallback.CrashLooping, "started 2 times"},
 		{"restarted by the agent's liveness kill (/livez failing for etcd): not a crash loop", running(Observation{StartAttempts: 3, LivenessKills: 2, Healthz: etcdDown, Watched: late}),
 			FallBack, fallback.EtcdUnhealthy, "etcd"},

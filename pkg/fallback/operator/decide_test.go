@@ -161,10 +161,15 @@ func TestInputsHash(t *testing.T) {
 	if base.Hash() != same.Hash() {
 		t.Error("equal inputs hash differently")
 	}
+	// Revisions made before binaryData was copied must keep their hash.
+	if noBinary := (Inputs{Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{}}); noBinary.Hash() != base.Hash() {
+		t.Error("an empty ConfigMapsBinary changes the hash")
+	}
 	for name, in := range map[string]Inputs{
 		"extra arg": {Templates: base.Templates, Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
 		"template":  {Templates: map[string]string{"a": "2"}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
 		"secret":    {Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: map[string]map[string][]byte{"s": {"k": []byte("v")}}},
+		"binary":    {Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{"c": {"k": {0xff}}}},
 	} {
 		if in.Hash() == base.Hash() {
 			t.Errorf("a changed %s hashes the same", name)

@@ -206,16 +206,22 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 			}
 		}
 		if cause != "" {
-			if err := o.createRevision(ctx, latest+1, inputs, cause); err != nil {
+			created, err := o.createRevision(ctx, latest+1, inputs, cause)
+			if err != nil {
 				return 0, err
 			}
 			latest++
-			reason := "RevisionCreated"
-			if strings.HasPrefix(cause, "retry") {
-				reason = "RevisionRetry"
+			// Not created: this sync's informer had not seen the revision an
+			// earlier sync made (whose status update then failed); it was
+			// announced then.
+			if created {
+				reason := "RevisionCreated"
+				if strings.HasPrefix(cause, "retry") {
+					reason = "RevisionRetry"
+				}
+				o.Metrics.revision(reason)
+				event(Event{corev1.EventTypeNormal, reason, fmt.Sprintf("revision %d: %s", latest, cause)})
 			}
-			o.Metrics.revision(reason)
-			event(Event{corev1.EventTypeNormal, reason, fmt.Sprintf("revision %d: %s", latest, cause)})
 		}
 	}
 	st.LatestAvailableRevision = latest
@@ -333,6 +339,12 @@ func (o *Operator) inputs(spec v1alpha1.KubeAPIServerSpec) (Inputs, error) {
 			return in, fmt.Errorf("spec.configMaps: ConfigMap %s/%s: %w", v1alpha1.Namespace, name, err)
 		}
 		in.ConfigMaps[name] = cm.Data
+		if len(cm.BinaryData) > 0 {
+			if in.ConfigMapsBinary == nil {
+				in.ConfigMapsBinary = map[string]map[string][]byte{}
+			}
+			in.ConfigMapsBinary[name] = cm.BinaryData
+		}
 	}
 	for _, name := range spec.Secrets {
 		s, err := o.secretLister.Get(name)
@@ -369,11 +381,12 @@ func (o *Operator) latestRevision() (int32, string, error) {
 
 // createRevision makes revision n: copies of the user's ConfigMaps and
 // Secrets, then the revision ConfigMap (last: its existence means the
-// revision is whole), all immutable.
-func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause string) error {
+// revision is whole), all immutable. created is false when the revision
+// ConfigMap existed already.
+func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause string) (created bool, err error) {
 	t, err := ParseTemplates(in.Templates)
 	if err != nil {
-		return err
+		return false, err
 	}
 	objMeta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: v1alpha1.Namespace,
@@ -381,27 +394,27 @@ func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause
 	}
 	immutable := true
 	for _, name := range sortedKeys(in.ConfigMaps) {
-		cm := &corev1.ConfigMap{ObjectMeta: objMeta(CopyName(name, n)), Data: in.ConfigMaps[name], Immutable: &immutable}
+		cm := &corev1.ConfigMap{ObjectMeta: objMeta(CopyName(name, n)), Data: in.ConfigMaps[name], BinaryData: in.ConfigMapsBinary[name], Immutable: &immutable}
 		if _, err := o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return false, err
 		}
 	}
 	for _, name := range sortedKeys(in.Secrets) {
 		s := &corev1.Secret{ObjectMeta: objMeta(CopyName(name, n)), Data: in.Secrets[name], Immutable: &immutable}
 		if _, err := o.Client.CoreV1().Secrets(v1alpha1.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
+			return false, err
 		}
 	}
 	cm, err := RevisionConfigMap(t, in, n, cause)
 	if err != nil {
-		return err
+		return false, err
 	}
 	cm.ObjectMeta.Labels = objMeta(cm.Name).Labels
 	_, err = o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 // RevisionConfigMap is revision n's ConfigMap: both manifests, the input

@@ -68,6 +68,10 @@ type Inputs struct {
 	// ConfigMaps and Secrets are the user's objects' data, by name.
 	ConfigMaps map[string]map[string]string
 	Secrets    map[string]map[string][]byte
+	// ConfigMapsBinary is the user's ConfigMaps' binaryData, by name; left
+	// out of the hash when empty so that revisions made before it existed
+	// keep their hash (and are not remade).
+	ConfigMapsBinary map[string]map[string][]byte `json:",omitempty"`
 }
 
 // Hash identifies the inputs: equal inputs make equal revisions, so a new
