@@ -21,10 +21,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -33,6 +35,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
+	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/pruner"
@@ -97,27 +100,36 @@ func (o *Operator) Run(ctx context.Context) error {
 		UpdateFunc: func(any, any) { o.queue.Add(v1alpha1.Name) },
 		DeleteFunc: func(any) { o.queue.Add(v1alpha1.Name) },
 	}
-	own := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute, informers.WithNamespace(v1alpha1.Namespace))
-	system := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute, informers.WithNamespace(metav1.NamespaceSystem),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = operandSelector }))
-	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.API.Dynamic, 10*time.Minute, "", nil)
+	// Patient list and watch: every rollout restarts the API server, and a
+	// plain reflector's backoff after restarts close together would hide a
+	// spec change for up to a minute.
+	informer := func(lw cache.ListerWatcher, obj runtime.Object) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(patient.ListerWatcher(ctx, lw, patient.DefaultOptions), obj, 10*time.Minute,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	}
+	core := o.Client.CoreV1().RESTClient()
+	cms := informer(cache.NewListWatchFromClient(core, "configmaps", v1alpha1.Namespace, fields.Everything()), &corev1.ConfigMap{})
+	secrets := informer(cache.NewListWatchFromClient(core, "secrets", v1alpha1.Namespace, fields.Everything()), &corev1.Secret{})
+	installers := informer(cache.NewListWatchFromClient(core, "pods", v1alpha1.Namespace, fields.Everything()), &corev1.Pod{})
+	mirrors := informer(cache.NewFilteredListWatchFromClient(core, "pods", metav1.NamespaceSystem,
+		func(lo *metav1.ListOptions) { lo.LabelSelector = operandSelector }), &corev1.Pod{})
+	api := o.API.Dynamic.Resource(v1alpha1.GroupVersionResource)
+	kubeAPIServers := informer(&cache.ListWatch{
+		ListFunc:  func(lo metav1.ListOptions) (runtime.Object, error) { return api.List(ctx, lo) },
+		WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) { return api.Watch(ctx, lo) },
+	}, &unstructured.Unstructured{})
 	var synced []cache.InformerSynced
-	for _, inf := range []cache.SharedIndexInformer{
-		own.Core().V1().ConfigMaps().Informer(), own.Core().V1().Secrets().Informer(), own.Core().V1().Pods().Informer(),
-		system.Core().V1().Pods().Informer(), dyn.ForResource(v1alpha1.GroupVersionResource).Informer(),
-	} {
+	for _, inf := range []cache.SharedIndexInformer{cms, secrets, installers, mirrors, kubeAPIServers} {
 		if _, err := inf.AddEventHandler(enqueue); err != nil {
 			return err
 		}
 		synced = append(synced, inf.HasSynced)
+		go inf.Run(ctx.Done())
 	}
-	o.cmLister = own.Core().V1().ConfigMaps().Lister().ConfigMaps(v1alpha1.Namespace)
-	o.secretLister = own.Core().V1().Secrets().Lister().Secrets(v1alpha1.Namespace)
-	o.installers = own.Core().V1().Pods().Lister().Pods(v1alpha1.Namespace)
-	o.apiPods = system.Core().V1().Pods().Lister().Pods(metav1.NamespaceSystem)
-	own.Start(ctx.Done())
-	system.Start(ctx.Done())
-	dyn.Start(ctx.Done())
+	o.cmLister = corelisters.NewConfigMapLister(cms.GetIndexer()).ConfigMaps(v1alpha1.Namespace)
+	o.secretLister = corelisters.NewSecretLister(secrets.GetIndexer()).Secrets(v1alpha1.Namespace)
+	o.installers = corelisters.NewPodLister(installers.GetIndexer()).Pods(v1alpha1.Namespace)
+	o.apiPods = corelisters.NewPodLister(mirrors.GetIndexer()).Pods(metav1.NamespaceSystem)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}

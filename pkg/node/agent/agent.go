@@ -40,6 +40,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
@@ -171,7 +172,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
 
 	a.staticWake = make(chan struct{}, 1)
-	lw := cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName))
+	// Patient: the API server restarts up to three times in seconds when a
+	// revision of it falls back, and a plain reflector would then not see
+	// new pods (the next installer) for up to a minute.
+	lw := patient.ListerWatcher(ctx, cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("spec.nodeName", a.opts.NodeName)), patient.DefaultOptions)
 	indexer, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &corev1.Pod{},
