@@ -20,6 +20,10 @@ const staticResync = 20 * time.Second
 // mirrorRetry is how soon a mirror pod the API refused is tried again.
 const mirrorRetry = time.Second
 
+// mirrorSyncTimeout bounds one pass over the mirror pods; what it did not
+// finish is tried again after mirrorRetry.
+const mirrorSyncTimeout = 5 * time.Second
+
 // mirrorMutationTTL is how long a mirror pod the agent wrote is preferred to
 // an older copy in the informer. A mirror deleted by hand within that time
 // after the agent wrote it is recreated only after it.
@@ -121,7 +125,13 @@ func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, ow
 	a.mu.Unlock()
 	mirrorsDone := true
 	if a.podsSynced != nil && a.podsSynced() {
-		mirrorsDone = a.syncMirrors(ctx, wanted)
+		// Bounded: an API server that is not ready holds each request for
+		// up to ~50s (503, Retry-After, client-go's retries), and the next
+		// manifest (the startup monitor's fallback from that very server)
+		// must not wait for it.
+		mctx, cancel := context.WithTimeout(ctx, mirrorSyncTimeout)
+		mirrorsDone = a.syncMirrors(mctx, wanted)
+		cancel()
 	}
 	return files, mirrorsDone
 }

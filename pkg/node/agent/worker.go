@@ -114,11 +114,22 @@ type worker struct {
 	// write sends the pod's status to the API: writeStatus, or what a test
 	// records.
 	write func(ctx context.Context, pod *corev1.Pod)
+	// writes ends when the pod is retired or deleted: a status write in
+	// flight then gives up instead of holding up the stop.
+	writes     context.Context
+	stopWrites context.CancelFunc
 }
+
+// statusWriteTimeout bounds one status write. Our clients send
+// X-Kubernetes-If-Ready, so an API server that is not ready answers 503 with
+// Retry-After and client-go retries for up to ~50s; the mirror pod of the
+// very API server that does not become ready is written to that server.
+const statusWriteTimeout = 10 * time.Second
 
 func newWorker(a *Agent, pod *corev1.Pod, static bool) *worker {
 	w := &worker{a: a, key: pod.Namespace + "/" + pod.Name, wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
 	w.write = w.writeStatus
+	w.writes, w.stopWrites = context.WithCancel(context.Background())
 	w.finished = make(chan struct{})
 	// An agent restart keeps counting: from the node's own record first
 	// (a static pod has no other while the API server is away), else from
@@ -239,6 +250,7 @@ func (w *worker) retire() {
 	w.mu.Lock()
 	w.retiring = true
 	w.mu.Unlock()
+	w.endWrites()
 	w.poke()
 }
 
@@ -246,7 +258,16 @@ func (w *worker) delete() {
 	w.mu.Lock()
 	w.gone = true
 	w.mu.Unlock()
+	w.endWrites()
 	w.poke()
+}
+
+// endWrites abandons a status write in flight: the pod stops now, and a
+// static pod's next version writes its own status.
+func (w *worker) endWrites() {
+	if w.stopWrites != nil {
+		w.stopWrites()
+	}
 }
 
 func (w *worker) poke() {
@@ -688,6 +709,11 @@ func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	s := w.status(target)
+	ctx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
+	defer cancel()
+	if w.writes != nil {
+		defer context.AfterFunc(w.writes, cancel)()
+	}
 	written, patch, unchanged, err := podutil.PatchPodStatus(ctx, w.a.client, target.Namespace, target.Name, target.UID, target.Status, s)
 	if err == nil && w.static && written != nil { // nil: nothing was sent
 		w.a.mirrors.Mutation(written) // the base of the next patch

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
@@ -181,4 +185,41 @@ func TestWorkerUnderProbes(t *testing.T) {
 	waitUntil("a restart after the liveness kill", 20*time.Second, func(s corev1.ContainerStatus) bool {
 		return s.RestartCount == 1 && s.LastTerminationState.Terminated != nil && s.LastTerminationState.Terminated.ExitCode == 137
 	})
+}
+
+// TestStatusWriteEndsWithThePod: a status write to an API server that holds
+// it (one that is not ready answers 503 with Retry-After, and client-go
+// retries for up to ~50s) gives up as soon as the pod retires, so that a
+// static pod's new manifest replaces it at once.
+func TestStatusWriteEndsWithThePod(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handlers
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	w := newWorker(&Agent{client: kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL}), opts: Options{NodeIP: "127.0.0.1", RootDir: t.TempDir()}}, pod, false)
+	done := make(chan struct{})
+	go func() { w.writeStatus(context.Background(), pod); close(done) }()
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the status write never reached the server")
+	}
+	start := time.Now()
+	w.retire()
+	select {
+	case <-done:
+		t.Logf("the write gave up %v after the pod retired", time.Since(start).Round(time.Millisecond))
+	case <-time.After(3 * time.Second):
+		t.Fatal("a status write in flight held up the pod's retirement for 3s")
+	}
 }
