@@ -613,7 +613,12 @@ func restartNodeAgent(t *testing.T, cp *controlplane.ControlPlane, sig syscall.S
 	if err := cp.Node.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	<-cp.Node.Exited()
+	// Its pods' grace periods are 2s; a stop that takes minutes is a hang.
+	select {
+	case <-cp.Node.Exited():
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the node agent did not exit within 2m of %v; see %s", sig, cp.Node.LogPath)
+	}
 	if err := cp.Node.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"k8s.io/klog/v2"
+
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
@@ -279,8 +281,12 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		_ = cmd.Wait()
 		close(waited)
 	}()
-	line, err := readLine(ctx, ready, startTimeout)
-	if err != nil || !strings.HasPrefix(line, "started") {
+	line, err := readLine(ctx, ready, startTimeout, stopStartGrace)
+	if err != nil {
+		r.abortStart(cmd.Process.Pid, waited, cfg, err)
+		return nil, fmt.Errorf("starting the container: %w", err)
+	}
+	if !strings.HasPrefix(line, "started") {
 		<-waited
 		msg := strings.TrimPrefix(line, "failed ")
 		if msg == "" && err != nil {
@@ -303,8 +309,11 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	return c, nil
 }
 
-// readLine reads one line from f, giving up after timeout or ctx.
-func readLine(ctx context.Context, f *os.File, timeout time.Duration) (string, error) {
+// readLine reads one line from f, giving up after timeout. The end of ctx
+// shortens the wait to grace instead of abandoning it at once: a start under
+// way when the agent stops normally ends within milliseconds, and a container
+// that started is then stopped and recorded like any other.
+func readLine(ctx context.Context, f *os.File, timeout, grace time.Duration) (string, error) {
 	type result struct {
 		line string
 		err  error
@@ -314,15 +323,48 @@ func readLine(ctx context.Context, f *os.File, timeout time.Duration) (string, e
 		l, err := bufio.NewReader(f).ReadString('\n')
 		ch <- result{strings.TrimSpace(l), err}
 	}()
+	deadline := time.Now().Add(timeout)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case res := <-ch:
-		return res.line, res.err
-	case <-t.C:
-		return "", fmt.Errorf("the container did not start within %v", timeout)
-	case <-ctx.Done():
-		return "", ctx.Err()
+	ended := ctx.Done()
+	for {
+		select {
+		case res := <-ch:
+			return res.line, res.err
+		case <-t.C:
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("%w before the container started", ctx.Err())
+			}
+			return "", fmt.Errorf("the container did not start within %v", timeout)
+		case <-ended:
+			ended = nil
+			t.Reset(min(grace, time.Until(deadline)))
+		}
+	}
+}
+
+// stopStartGrace is how long a start under way may still take once the
+// agent stops (a variable for tests that abandon starts at every stage).
+var stopStartGrace = 5 * time.Second
+
+// abortStart ends a start the agent gave up on (why): the shim may otherwise
+// start the container later, with nothing to watch or stop it. It kills the
+// shim's process group (runc create is in it), removes what runc created, and
+// when the container had started, records its end so that the next agent
+// neither adopts it nor runs it again as if it never had.
+func (r *Runtime) abortStart(shimPid int, shimEnded <-chan struct{}, cfg *runtime.ContainerConfig, why error) {
+	_ = syscall.Kill(-shimPid, syscall.SIGKILL) // its own session, so its own group
+	<-shimEnded
+	_ = r.runc("delete", "--force", cfg.ID).Run()
+	rec, err := readRun(cfg.Dir)
+	if err != nil || rec.Run != cfg.Run {
+		return // it never started
+	}
+	now := time.Now()
+	b, _ := json.Marshal(runtime.Exit{Run: cfg.Run, StartedAt: rec.StartedAt, FinishedAt: now, ExitCode: 128 + int32(syscall.SIGKILL),
+		Signal: unix.SignalName(syscall.SIGKILL), Message: "killed while the node agent waited for it to start: " + why.Error()})
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Dir, exitFile), b, 0o600); err != nil {
+		klog.ErrorS(err, "Recording the end of a container whose start was abandoned", "container", cfg.ID)
 	}
 }
 

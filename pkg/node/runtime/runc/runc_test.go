@@ -2,15 +2,18 @@ package runc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/steadyplane/steadyplane/internal/procfs"
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 )
 
 // The test binary is its own container shim.
@@ -191,5 +194,85 @@ func TestRuncStartError(t *testing.T) {
 	_, err := r.Start(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "/no/such/binary") {
 		t.Errorf("start of a missing binary: %v; want runc's error naming it", err)
+	}
+}
+
+// TestRuncStartWhileStopping: a start under way when the agent stops (its
+// context ends) either finishes, returning a container the agent then stops
+// and records, or is abandoned with nothing left running: neither the shim nor
+// the container, and a container that had started has its end recorded for
+// the next agent. Each grace abandons the start at a different stage.
+func TestRuncStartWhileStopping(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	defer func(g time.Duration) { stopStartGrace = g }(stopStartGrace)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	var started, abandoned int
+	for i, grace := range []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 5 * time.Second} {
+		stopStartGrace = grace
+		marker := fmt.Sprintf("3599.%d", i)
+		cfg := &runtime.ContainerConfig{
+			ID: fmt.Sprintf("pod5_c%d", i), Dir: filepath.Join(dir, "pod5", fmt.Sprint(i)), LogPath: filepath.Join(dir, "pod5", fmt.Sprint(i), "0.log"), Run: 2,
+			Argv: []string{"/bin/sleep", marker},
+		}
+		running := func() int {
+			return len(procfs.Find(func(argv []string) bool { return len(argv) == 2 && argv[0] == "/bin/sleep" && argv[1] == marker }))
+		}
+		c, err := r.Start(ended, cfg)
+		if err == nil {
+			started++
+			if running() != 1 {
+				t.Errorf("grace %v: Start returned a container, but %d of its processes run", grace, running())
+			}
+			c.Stop(0)
+			continue
+		}
+		abandoned++
+		if !strings.Contains(err.Error(), "context canceled before the container started") {
+			t.Errorf("grace %v: %v; want the start abandoned as the context ended", grace, err)
+		}
+		if n := running(); n != 0 {
+			t.Errorf("grace %v: start abandoned, but %d of its processes run", grace, n)
+		}
+		if pid, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile)); alive {
+			t.Errorf("grace %v: start abandoned, but its shim (pid %d) runs", grace, pid)
+		}
+		if out, err := r.runc("state", cfg.ID).CombinedOutput(); err == nil {
+			t.Errorf("grace %v: start abandoned, but runc still knows the container: %s", grace, out)
+		}
+		_, err = readRun(cfg.Dir)
+		t.Logf("grace %v: abandoned after the container had started: %v", grace, err == nil)
+		if err == nil {
+			// It had started: the next agent finds its end, not a run to adopt.
+			if c, ok := r.Adopt(cfg); !ok || c.Exit().Run != 2 || c.Exit().ExitCode != 137 || !strings.Contains(c.Exit().Message, "context canceled") {
+				t.Errorf("grace %v: adopting an abandoned run: %v %+v; want its recorded end (137)", grace, ok, c)
+			}
+		}
+	}
+	// The narrowest stage, between the shim's record of the run and its
+	// answer, directly: what the container ran is ended and recorded.
+	cfg := &runtime.ContainerConfig{ID: "pod5_late", Dir: filepath.Join(dir, "pod5", "late"), LogPath: filepath.Join(dir, "pod5", "late", "0.log"), Run: 3,
+		Argv: []string{"/bin/sleep", "3599.9"}}
+	if _, err := r.Start(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile))
+	if !alive {
+		t.Fatal("no shim runs the container")
+	}
+	shimEnded := make(chan struct{})
+	go func() { waitForExit(shim); close(shimEnded) }()
+	r.abortStart(shim, shimEnded, cfg, context.Canceled)
+	if n := len(procfs.Find(func(argv []string) bool { return len(argv) == 2 && argv[1] == "3599.9" })); n != 0 {
+		t.Errorf("a started container whose start was abandoned: %d processes left", n)
+	}
+	if out, err := r.runc("state", cfg.ID).CombinedOutput(); err == nil {
+		t.Errorf("runc still knows an abandoned container: %s", out)
+	}
+	if c, ok := r.Adopt(cfg); !ok || c.Exit().Run != 3 || c.Exit().ExitCode != 137 || !strings.Contains(c.Exit().Message, "context canceled") {
+		t.Errorf("adopting a started run whose start was abandoned: %v %+v; want its recorded end (137, why)", ok, c.Exit())
+	}
+	if started == 0 || abandoned == 0 {
+		t.Errorf("%d starts finished, %d abandoned; want both (the 5s grace finishes, 0 abandons)", started, abandoned)
 	}
 }
