@@ -59,10 +59,9 @@ func run(ctx context.Context, replicas int) error {
 		return err
 	}
 	dataDir := filepath.Join(work, ".steadyplane")
-	args, bridge := testenv.UpArgs(dataDir, ports, 248, "spc")
+	args, cleanup := testenv.UpArgs(dataDir, ports, 248, "spc")
 	defer func() {
-		testenv.CleanNode(filepath.Join(dataDir, "node"))
-		_ = exec.Command("ip", "link", "del", bridge).Run()
+		cleanup()
 		os.RemoveAll(work)
 	}()
 

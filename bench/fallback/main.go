@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -76,10 +75,9 @@ func run(ctx context.Context, runs int, timeout time.Duration) error {
 	}
 	dataDir := filepath.Join(work, ".steadyplane")
 	// No retries during the run: each bad rollout is judged once.
-	args, bridge := testenv.UpArgs(dataDir, ports, 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h")
+	args, cleanup := testenv.UpArgs(dataDir, ports, 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h")
 	defer func() {
-		testenv.CleanNode(filepath.Join(dataDir, "node"))
-		_ = exec.Command("ip", "link", "del", bridge).Run()
+		cleanup()
 		os.RemoveAll(work)
 	}()
 	fmt.Println("starting steadyplane up ...")

@@ -12,16 +12,16 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback/installer"
-	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
 
 func newInstallerCommand() *cobra.Command {
 	const saDir = "/var/run/secrets/kubernetes.io/serviceaccount/"
 	var (
-		dataDir, operand, nodeName, server, caFile, tokenFile string
-		revision, lastFailed, keep                            int
-		withMonitor                                           bool
-		timeout                                               time.Duration
+		rev                                 revisionFlags
+		nodeName, server, caFile, tokenFile string
+		lastFailed, keep                    int
+		withMonitor                         bool
+		timeout                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "installer",
@@ -43,8 +43,8 @@ It authenticates with its pod's service account token.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			if revision < 1 {
-				return fmt.Errorf("--revision=%d: a revision is a number from 1", revision)
+			if err := rev.check(); err != nil {
+				return err
 			}
 			if server == "" {
 				return fmt.Errorf("--server is required")
@@ -57,23 +57,21 @@ It authenticates with its pod's service account token.`,
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", nodeName)
 			fetchCtx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			log.Info("reading revision", "revision", revision, "server", server)
-			r, err := installer.Fetch(fetchCtx, client, int32(revision), withMonitor)
+			log.Info("reading revision", "revision", rev.revision, "server", server)
+			r, err := installer.Fetch(fetchCtx, client, int32(rev.revision), withMonitor)
 			if err != nil {
-				return fmt.Errorf("reading revision %d: %w", revision, err)
+				return fmt.Errorf("reading revision %d: %w", rev.revision, err)
 			}
-			pruned, err := installer.Install(ctx, revisions.ForDataDir(dataDir, operand), r, installer.Options{Keep: keep, LastFailed: lastFailed, Log: log})
+			pruned, err := installer.Install(ctx, rev.layout(), r, installer.Options{Keep: keep, LastFailed: lastFailed, Log: log})
 			if err != nil {
-				return fmt.Errorf("installing revision %d: %w", revision, err)
+				return fmt.Errorf("installing revision %d: %w", rev.revision, err)
 			}
-			log.Info("revision installed", "revision", revision, "startupMonitor", withMonitor, "pruned", pruned)
+			log.Info("revision installed", "revision", rev.revision, "startupMonitor", withMonitor, "pruned", pruned)
 			return nil
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&dataDir, "data-dir", ".steadyplane", "steadyplane's data directory: static-pod-resources/, manifests/ and locks/ in it.")
-	fs.StringVar(&operand, "operand", "kube-apiserver", "Name of the operand static pod.")
-	fs.IntVar(&revision, "revision", 0, "The revision to install.")
+	rev.add(fs, "The revision to install.")
 	fs.StringVar(&nodeName, "node-name", "", "This node (for the log).")
 	fs.IntVar(&lastFailed, "last-failed-revision", 0, "The node's last failed revision, kept on the node as the evidence; 0 for none.")
 	fs.BoolVar(&withMonitor, "startup-monitor", true, "Install the revision's startup monitor too.")

@@ -12,15 +12,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
-	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
 
 func newStartupMonitorCommand() *cobra.Command {
 	var (
-		dataDir, operand, nodeName, kubeconfig, agentURL string
-		revision                                         int
-		interval                                         time.Duration
-		timeouts                                         = monitor.DefaultTimeouts
+		rev                            revisionFlags
+		nodeName, kubeconfig, agentURL string
+		interval                       time.Duration
+		timeouts                       = monitor.DefaultTimeouts
 	)
 	cmd := &cobra.Command{
 		Use:   "startup-monitor",
@@ -47,8 +46,8 @@ API server does not.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			if revision < 1 {
-				return fmt.Errorf("--revision=%d: a revision is a number from 1", revision)
+			if err := rev.check(); err != nil {
+				return err
 			}
 			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
@@ -60,7 +59,7 @@ API server does not.`,
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			m := &monitor.Monitor{
-				Layout: revisions.ForDataDir(dataDir, operand), Revision: revision, NodeName: nodeName, Timeouts: timeouts,
+				Layout: rev.layout(), Revision: rev.revision, NodeName: nodeName, Timeouts: timeouts,
 				Agent:  monitor.AgentEndpoint{URL: agentURL, Client: http.DefaultClient},
 				Server: server, Clock: clock.RealClock{}, Log: log,
 			}
@@ -68,14 +67,12 @@ API server does not.`,
 			if err != nil {
 				return err
 			}
-			log.Info("startup monitor done", "revision", revision, "action", v.Action.String(), "reason", string(v.Reason), "message", v.Message)
+			log.Info("startup monitor done", "revision", rev.revision, "action", v.Action.String(), "reason", string(v.Reason), "message", v.Message)
 			return nil
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&dataDir, "data-dir", ".steadyplane", "steadyplane's data directory: static-pod-resources/, manifests/ and locks/ in it.")
-	fs.StringVar(&operand, "operand", "kube-apiserver", "Name of the operand static pod.")
-	fs.IntVar(&revision, "revision", 0, "The revision watched.")
+	rev.add(fs, "The revision watched.")
 	fs.StringVar(&nodeName, "node-name", "steadyplane", "This node's name (the mirror pod is <operand>-<node-name>).")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig of the monitor's identity, for the operand API server (get pods in kube-system).")
 	fs.StringVar(&agentURL, "node-status-url", "http://127.0.0.1:10255", "The node agent's read-only loopback endpoint (its --metrics-bind-address).")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,9 +19,10 @@ const UpPorts = 9
 // every listener on one of ports (FreePorts(UpPorts)), and a pod range
 // (10.<octet>.<n>.0/24) and CNI bridge (<bridgePrefix><ports[0]>) of the
 // run's own, so that test packages and benchmarks running at once do not
-// meet. It returns the bridge's name too, for the caller to remove.
-func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra ...string) (args []string, bridge string) {
-	bridge = fmt.Sprintf("%s%d", bridgePrefix, ports[0])
+// meet. cleanup ends what the run's node agent left (pods, mounts) and
+// removes the bridge; it is for after up has stopped.
+func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra ...string) (args []string, cleanup func()) {
+	bridge := fmt.Sprintf("%s%d", bridgePrefix, ports[0])
 	args = []string{"up",
 		"--data-dir", dataDir,
 		"--apiserver-port", strconv.Itoa(ports[0]),
@@ -35,7 +37,10 @@ func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra .
 		"--pod-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
 		"--cni-bridge", bridge,
 	}
-	return append(args, extra...), bridge
+	return append(args, extra...), func() {
+		CleanNode(filepath.Join(dataDir, "node"))
+		_ = exec.Command("ip", "link", "del", bridge).Run()
+	}
 }
 
 // UpRun is a "steadyplane up" a benchmark started, and when its progress

@@ -33,12 +33,9 @@ type Up struct {
 func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up {
 	t.Helper()
 	// A pod range and bridge of this run's own (other test packages run at once).
-	args, bridge := testenv.UpArgs(dataDir, ports, 246, "spe", extra...)
+	args, cleanup := testenv.UpArgs(dataDir, ports, 246, "spe", extra...)
 	cmd := exec.Command(bin, args...)
-	t.Cleanup(func() {
-		testenv.CleanNode(filepath.Join(dataDir, "node"))
-		_ = exec.Command("ip", "link", "del", bridge).Run()
-	})
+	t.Cleanup(cleanup)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
