@@ -11,6 +11,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/fallback/pruner"
 )
 
 // Mirror is what a node's operand mirror pod shows.
@@ -192,4 +193,17 @@ func SortNodes(nodes []v1alpha1.NodeStatus, names []string) []v1alpha1.NodeStatu
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.NodeStatus) int { return strings.Compare(a.NodeName, b.NodeName) })
 	return out
+}
+
+// Prunable are the revisions (of all, in the API) that may be deleted with
+// their copies: beyond the newest keep, and protected on no node — not its
+// current, target or last failed revision, nor the latest (protected even
+// before any node has a status). Ascending.
+func Prunable(all []int, keep int, st v1alpha1.KubeAPIServerStatus) []int {
+	_, prunable := pruner.Split(all, keep, pruner.Protected{Target: int(st.LatestAvailableRevision)})
+	for _, ns := range st.NodeStatuses {
+		_, pruned := pruner.Split(all, keep, pruner.Protected{Current: int(ns.CurrentRevision), Target: int(max(ns.TargetRevision, st.LatestAvailableRevision)), LastFailed: int(ns.LastFailedRevision)})
+		prunable = slices.DeleteFunc(prunable, func(n int) bool { return !slices.Contains(pruned, n) })
+	}
+	return prunable
 }

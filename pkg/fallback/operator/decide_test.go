@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,35 @@ func TestNextInstall(t *testing.T) {
 		got, ok := NextInstall(c.nodes, c.latest)
 		if got != c.want || ok != (c.want != "") {
 			t.Errorf("%s: %q %v, want %q", c.name, got, ok, c.want)
+		}
+	}
+}
+
+func TestPrunable(t *testing.T) {
+	n := func(name string, current, target, failed int32) v1alpha1.NodeStatus {
+		return v1alpha1.NodeStatus{NodeName: name, CurrentRevision: current, TargetRevision: target, LastFailedRevision: failed}
+	}
+	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	cases := []struct {
+		name string
+		keep int
+		st   v1alpha1.KubeAPIServerStatus
+		want string
+	}{
+		{"no nodes yet: all but the newest keep", 3, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8}, "[1 2 3 4 5]"},
+		{"no nodes, keep 0: the latest stays", 0, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8}, "[1 2 3 4 5 6 7]"},
+		{"a node's current and last failed revisions stay", 2, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8,
+			NodeStatuses: []v1alpha1.NodeStatus{n("a", 3, 0, 5)}}, "[1 2 4 6]"},
+		{"protected on any node is protected", 2, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8,
+			NodeStatuses: []v1alpha1.NodeStatus{n("a", 8, 0, 5), n("b", 2, 0, 0)}}, "[1 3 4 6]"},
+		// The latest supersedes it: NextInstall installs the latest there next.
+		{"a target older than the latest is not kept for it", 2, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8,
+			NodeStatuses: []v1alpha1.NodeStatus{n("a", 2, 4, 0)}}, "[1 3 4 5 6]"},
+		{"nothing beyond keep", 8, v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 8, NodeStatuses: []v1alpha1.NodeStatus{n("a", 1, 0, 0)}}, "[]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(Prunable(all, c.keep, c.st)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
 }

@@ -38,7 +38,6 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
-	"github.com/steadyplane/steadyplane/pkg/fallback/pruner"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -375,6 +374,19 @@ func revisionSelector() labels.Selector {
 	return labels.NewSelector().Add(*r, *c)
 }
 
+// revisionLabels are the labels of revision n's objects: what prune
+// deletes them by.
+func revisionLabels(n int32) map[string]string {
+	return map[string]string{RevisionLabel: strconv.Itoa(int(n)), "component": Operand, "app.kubernetes.io/managed-by": "steadyplane"}
+}
+
+// revisionOf is the number of the revision whose ConfigMap cm is; false for
+// its copies of the user's ConfigMaps, which carry the label too.
+func revisionOf(cm *corev1.ConfigMap) (int32, bool) {
+	n := atoi32(cm.Labels[RevisionLabel])
+	return n, n > 0 && cm.Name == RevisionName(Operand, n)
+}
+
 // latestRevision returns the newest revision in the API and its input hash.
 func (o *Operator) latestRevision() (int32, string, error) {
 	cms, err := o.cmLister.List(revisionSelector())
@@ -384,7 +396,7 @@ func (o *Operator) latestRevision() (int32, string, error) {
 	var n int32
 	hash := ""
 	for _, cm := range cms {
-		if r := atoi32(cm.Labels[RevisionLabel]); r > n && cm.Name == RevisionName(Operand, r) {
+		if r, ok := revisionOf(cm); ok && r > n {
 			n, hash = r, cm.Annotations[InputHashAnnotation]
 		}
 	}
@@ -401,8 +413,7 @@ func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause
 		return false, err
 	}
 	objMeta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: v1alpha1.Namespace,
-			Labels: map[string]string{RevisionLabel: strconv.Itoa(int(n)), "component": Operand, "app.kubernetes.io/managed-by": "steadyplane"}}
+		return metav1.ObjectMeta{Name: name, Namespace: v1alpha1.Namespace, Labels: revisionLabels(n)}
 	}
 	immutable := true
 	for _, name := range sortedKeys(in.ConfigMaps) {
@@ -421,7 +432,6 @@ func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause
 	if err != nil {
 		return false, err
 	}
-	cm.ObjectMeta.Labels = objMeta(cm.Name).Labels
 	_, err = o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
@@ -450,7 +460,7 @@ func RevisionConfigMap(t Templates, in Inputs, n int32, cause string) (*corev1.C
 	immutable := true
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: RevisionName(Operand, n), Namespace: v1alpha1.Namespace,
-			Labels:      map[string]string{RevisionLabel: strconv.Itoa(int(n)), "component": Operand, "app.kubernetes.io/managed-by": "steadyplane"},
+			Labels:      revisionLabels(n),
 			Annotations: map[string]string{InputHashAnnotation: in.Hash(), ConfigMapsAnnotation: string(cms), SecretsAnnotation: string(secrets), CauseAnnotation: cause}},
 		Data:      map[string]string{RevisionOperandKey: string(operandYAML), RevisionMonitorKey: string(monitorYAML)},
 		Immutable: &immutable,
@@ -488,25 +498,11 @@ func (o *Operator) prune(ctx context.Context, st *v1alpha1.KubeAPIServerStatus) 
 	}
 	var all []int
 	for _, cm := range cms {
-		if cm.Name == RevisionName(Operand, atoi32(cm.Labels[RevisionLabel])) {
-			all = append(all, int(atoi32(cm.Labels[RevisionLabel])))
+		if n, ok := revisionOf(cm); ok {
+			all = append(all, int(n))
 		}
 	}
-	prunable := map[int]bool{}
-	for i, ns := range append(st.NodeStatuses, v1alpha1.NodeStatus{}) {
-		_, pruned := pruner.Split(all, o.Keep, pruner.Protected{Current: int(ns.CurrentRevision), Target: int(max(ns.TargetRevision, st.LatestAvailableRevision)), LastFailed: int(ns.LastFailedRevision)})
-		for n := range prunable {
-			if !slices.Contains(pruned, n) {
-				delete(prunable, n) // protected on this node
-			}
-		}
-		if i == 0 {
-			for _, n := range pruned {
-				prunable[n] = true
-			}
-		}
-	}
-	for n := range prunable {
+	for _, n := range Prunable(all, o.Keep, *st) {
 		sel := labels.SelectorFromSet(labels.Set{RevisionLabel: strconv.Itoa(n), "component": Operand})
 		for _, del := range []func() error{
 			func() error {
