@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,7 +182,7 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	st.NodeStatuses = SortNodes(st.NodeStatuses, sortedKeys(mirrors))
+	st.NodeStatuses = SortNodes(st.NodeStatuses, slices.Sorted(maps.Keys(mirrors)))
 	for i, ns := range st.NodeStatuses {
 		var evs []Event
 		st.NodeStatuses[i], evs = ObserveNode(ns, mirrors[ns.NodeName], o.installed(ns), now)
@@ -416,13 +417,13 @@ func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause
 		return metav1.ObjectMeta{Name: name, Namespace: v1alpha1.Namespace, Labels: revisionLabels(n)}
 	}
 	immutable := true
-	for _, name := range sortedKeys(in.ConfigMaps) {
+	for _, name := range slices.Sorted(maps.Keys(in.ConfigMaps)) {
 		cm := &corev1.ConfigMap{ObjectMeta: objMeta(CopyName(name, n)), Data: in.ConfigMaps[name], BinaryData: in.ConfigMapsBinary[name], Immutable: &immutable}
 		if _, err := o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return false, err
 		}
 	}
-	for _, name := range sortedKeys(in.Secrets) {
+	for _, name := range slices.Sorted(maps.Keys(in.Secrets)) {
 		s := &corev1.Secret{ObjectMeta: objMeta(CopyName(name, n)), Data: in.Secrets[name], Immutable: &immutable}
 		if _, err := o.Client.CoreV1().Secrets(v1alpha1.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return false, err
@@ -455,8 +456,8 @@ func RevisionConfigMap(t Templates, in Inputs, n int32, cause string) (*corev1.C
 	if err != nil {
 		return nil, err
 	}
-	cms, _ := json.Marshal(sortedKeys(in.ConfigMaps))
-	secrets, _ := json.Marshal(sortedKeys(in.Secrets))
+	cms, _ := json.Marshal(slices.Sorted(maps.Keys(in.ConfigMaps)))
+	secrets, _ := json.Marshal(slices.Sorted(maps.Keys(in.Secrets)))
 	immutable := true
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: RevisionName(Operand, n), Namespace: v1alpha1.Namespace,

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,14 +165,4 @@ func setRevision(pod *corev1.Pod, n int32) {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[fallback.RevisionAnnotation] = strconv.Itoa(int(n))
-}
-
-// sortedKeys lists a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
