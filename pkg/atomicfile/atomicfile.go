@@ -78,7 +78,7 @@ func writeFile(path string, r io.Reader, perm os.FileMode, crash func(step strin
 	if dies("renamed") {
 		return errCrashed
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
 // Symlink points the symbolic link path at target atomically: a new link
@@ -109,7 +109,7 @@ func symlink(target, path string, crash func(step string) bool) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("linking %s: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
 // createTemp makes a hidden temporary file next to path (a rename is
@@ -123,7 +123,9 @@ func createTemp(path string) (string, *os.File, error) {
 	return dir, f, err
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs directory dir, so that a rename or removal in it survives
+// a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)

@@ -151,7 +151,7 @@ func (cp *ControlPlane) startFallback(ctx context.Context) error {
 	if n, err := l.LastKnownGood(); err != nil {
 		return err
 	} else if n == 0 {
-		if err := l.SetLastKnownGood(installer.ManifestRevision(l.OperandManifest())); err != nil {
+		if err := l.SetLastKnownGood(l.InstalledRevision()); err != nil {
 			return err
 		}
 	}

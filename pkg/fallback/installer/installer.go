@@ -14,13 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
-	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/pruner"
 	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
@@ -60,7 +55,7 @@ func Install(ctx context.Context, l revisions.Layout, r Revision, o Options) (pr
 	if r.Number < 1 {
 		return nil, fmt.Errorf("revision %d: revisions are numbered from 1", r.Number)
 	}
-	if _, err := ParseManifest(r.Operand); err != nil {
+	if _, err := revisions.DecodeManifest(r.Operand); err != nil {
 		// Written anyway: the startup monitor reports it (NeverStartedUp)
 		// and falls back, which is what the user must see.
 		logf(o.Log, "the operand manifest does not parse; installing it for the startup monitor to report", "revision", r.Number, "error", err)
@@ -70,7 +65,7 @@ func Install(ctx context.Context, l revisions.Layout, r Revision, o Options) (pr
 		return nil, err
 	}
 	defer unlock()
-	current := ManifestRevision(l.OperandManifest())
+	current := l.InstalledRevision()
 	if err := writeRevisionDir(l, r); err != nil {
 		return nil, fmt.Errorf("revision %d: %w", r.Number, err)
 	}
@@ -167,45 +162,12 @@ func writeRevisionDir(l revisions.Layout, r Revision) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	return syncDir(l.ResourcesDir)
+	return atomicfile.SyncDir(l.ResourcesDir)
 }
 
 // safeName refuses names that would leave their directory.
 func safeName(s string) bool {
 	return s != "" && s != "." && s != ".." && filepath.Base(s) == s
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// ParseManifest parses a pod manifest strictly, as the node agent does.
-func ParseManifest(data []byte) (*corev1.Pod, error) {
-	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
-		return nil, err
-	}
-	return &pod, nil
-}
-
-// ManifestRevision is the revision annotation of the manifest at path; 0
-// when it is missing, does not parse or has none.
-func ManifestRevision(path string) int {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	pod, err := ParseManifest(data)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(pod.Annotations[fallback.RevisionAnnotation])
-	return n
 }
 
 func logf(l *slog.Logger, msg string, args ...any) {

@@ -44,7 +44,7 @@ func TestInstall(t *testing.T) {
 	if _, err := Install(ctx, l, r2, Options{Keep: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ManifestRevision(l.OperandManifest()); got != 2 {
+	if got := l.InstalledRevision(); got != 2 {
 		t.Errorf("operand at revision %d, want 2", got)
 	}
 	if b, _ := os.ReadFile(l.MonitorManifest()); string(b) != "monitor 2" {

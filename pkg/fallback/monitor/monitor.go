@@ -266,8 +266,8 @@ func (m *Monitor) fallBack(v Verdict) error {
 
 // Annotate adds annotations to a pod manifest and returns it as YAML.
 func Annotate(manifest []byte, annotations map[string]string) ([]byte, error) {
-	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(manifest, &pod); err != nil {
+	pod, err := revisions.DecodeManifest(manifest)
+	if err != nil {
 		return nil, err
 	}
 	if pod.Annotations == nil {
@@ -276,5 +276,5 @@ func Annotate(manifest []byte, annotations map[string]string) ([]byte, error) {
 	for k, v := range annotations {
 		pod.Annotations[k] = v
 	}
-	return yaml.Marshal(&pod)
+	return yaml.Marshal(pod)
 }

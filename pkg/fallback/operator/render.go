@@ -9,10 +9,10 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
 
 // The ConfigMap of templates "steadyplane up" writes, and its keys: the pods
@@ -94,14 +94,14 @@ type Templates struct {
 func ParseTemplates(data map[string]string) (Templates, error) {
 	var t Templates
 	for key, dst := range map[string]**corev1.Pod{OperandKey: &t.Operand, MonitorKey: &t.Monitor, InstallerKey: &t.Installer} {
-		var pod corev1.Pod
-		if err := yaml.UnmarshalStrict([]byte(data[key]), &pod); err != nil {
+		pod, err := revisions.DecodeManifest([]byte(data[key]))
+		if err != nil {
 			return t, fmt.Errorf("template %s: %w", key, err)
 		}
 		if len(pod.Spec.Containers) != 1 {
 			return t, fmt.Errorf("template %s: %d containers, want 1", key, len(pod.Spec.Containers))
 		}
-		*dst = &pod
+		*dst = pod
 	}
 	return t, nil
 }

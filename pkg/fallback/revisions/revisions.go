@@ -22,7 +22,11 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/fallback"
 )
 
 // Layout names the files of one operand's revisions on a node.
@@ -162,4 +166,30 @@ func (l Layout) FallbackTarget(failed int) (n int, ok bool, err error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// DecodeManifest decodes a pod manifest strictly (unknown fields are
+// errors). It neither defaults nor validates: whether the node agent runs
+// it is staticpod.Parse's to say.
+func DecodeManifest(data []byte) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
+		return nil, err
+	}
+	return &pod, nil
+}
+
+// InstalledRevision is the revision annotation of the operand manifest in
+// place; 0 when it is missing, does not decode or has none.
+func (l Layout) InstalledRevision() int {
+	data, err := os.ReadFile(l.OperandManifest())
+	if err != nil {
+		return 0
+	}
+	pod, err := DecodeManifest(data)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(pod.Annotations[fallback.RevisionAnnotation])
+	return n
 }
