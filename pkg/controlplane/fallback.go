@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -62,7 +66,7 @@ func (cp *ControlPlane) fallbackTemplates() (map[string]string, error) {
 	operand.Spec.Volumes = append(operand.Spec.Volumes, corev1.Volume{Name: operator.ResourcesVolume,
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: l.ResourcesDir}}})
 	files := []HostPath{{Path: l.ResourcesDir}, {Path: l.ManifestsDir}, {Path: filepath.Dir(l.LockPath)}}
-	monitor := Component{Name: filepath.Base(l.MonitorManifest()[:len(l.MonitorManifest())-len(".yaml")]), Binary: cp.bin,
+	monitor := Component{Name: strings.TrimSuffix(filepath.Base(l.MonitorManifest()), ".yaml"), Binary: cp.bin,
 		Args: []string{"startup-monitor", "--data-dir=" + cp.dataDir, "--operand=" + operator.Operand, "--node-name=" + cp.opts.NodeName,
 			"--kubeconfig=" + filepath.Join(cp.dataDir, "startup-monitor.kubeconfig"),
 			"--node-status-url=http://127.0.0.1:" + strconv.Itoa(cp.opts.NodeMetricsPort),
@@ -119,7 +123,11 @@ func (cp *ControlPlane) installAPIServer(ctx context.Context) error {
 		cp.progressf("kube-apiserver: revision %d (last-known-good), rolled out by the KubeAPIServer operator", n)
 		return installer.Restore(ctx, l, n)
 	}
-	cm, err := cp.bootstrapRevision()
+	data, err := cp.fallbackTemplates()
+	if err != nil {
+		return err
+	}
+	cm, err := bootstrapRevision(data)
 	if err != nil {
 		return err
 	}
@@ -129,12 +137,8 @@ func (cp *ControlPlane) installAPIServer(ctx context.Context) error {
 }
 
 // bootstrapRevision is revision 1 as the operator makes it from the
-// templates and an empty spec.
-func (cp *ControlPlane) bootstrapRevision() (*corev1.ConfigMap, error) {
-	data, err := cp.fallbackTemplates()
-	if err != nil {
-		return nil, err
-	}
+// templates (fallbackTemplates) and an empty spec.
+func bootstrapRevision(data map[string]string) (*corev1.ConfigMap, error) {
 	t, err := operator.ParseTemplates(data)
 	if err != nil {
 		return nil, err
@@ -193,7 +197,7 @@ func (cp *ControlPlane) startFallback(ctx context.Context) error {
 	} else if _, err := cms.Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the templates: %w", err)
 	}
-	rev1, err := cp.bootstrapRevision()
+	rev1, err := bootstrapRevision(data)
 	if err != nil {
 		return err
 	}
@@ -214,12 +218,7 @@ func (cp *ControlPlane) startFallback(ctx context.Context) error {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range obj.Status.Conditions {
-			if c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, "the operator has not reported Available"
+		return meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionAvailable), "the operator has not reported Available"
 	}); err != nil {
 		return err
 	}
@@ -238,21 +237,12 @@ func ensureCRD(ctx context.Context, client apiextensionsclient.Interface, crd *a
 	} else if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
-		if err == nil {
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err == nil && apiextensionshelpers.IsCRDConditionTrue(got, apiextensionsv1.Established), nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("CRD %s not established after 30s", crd.Name)
 	}
-	return fmt.Errorf("CRD %s not established after 30s", crd.Name)
+	return err
 }
