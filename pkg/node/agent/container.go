@@ -196,8 +196,7 @@ func checkMountPoint(m runtime.Mount) error {
 	// runc binds these read-only into every container: a mount point in
 	// them must exist on the host, or be one runc makes.
 	for _, dir := range runc.SystemDirs {
-		p := dir + "/"
-		if !strings.HasPrefix(m.Destination, p) {
+		if !strings.HasPrefix(m.Destination, dir+"/") {
 			continue
 		}
 		if _, err := os.Stat(m.Destination); err == nil {
@@ -206,7 +205,7 @@ func checkMountPoint(m runtime.Mount) error {
 		if st, err := os.Stat(m.Source); err == nil && st.IsDir() {
 			return nil
 		}
-		return fmt.Errorf("%w: mount path %s is inside the read-only %s of the host and does not exist there", errConfig, m.Destination, strings.TrimSuffix(p, "/"))
+		return fmt.Errorf("%w: mount path %s is inside the read-only %s of the host and does not exist there", errConfig, m.Destination, dir)
 	}
 	return nil
 }
