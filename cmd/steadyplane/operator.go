@@ -1,12 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +21,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
+	"github.com/steadyplane/steadyplane/pkg/metricsserver"
 )
 
 func newOperatorCommand() *cobra.Command {
@@ -81,10 +79,8 @@ func newOperatorCommand() *cobra.Command {
 			reg := prometheus.NewRegistry()
 			errs := make(chan error, 1)
 			if metricsAddress != "" {
-				srv := &http.Server{Addr: metricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-				go func() { <-ctx.Done(); _ = srv.Close() }()
 				go func() {
-					if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					if err := metricsserver.Serve(ctx, metricsAddress, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 						errs <- err
 					}
 				}()

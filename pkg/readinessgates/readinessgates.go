@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/steadyplane/steadyplane/pkg/metricsserver"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/conditionctl"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
@@ -100,9 +100,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	conditionctl.RegisterMetrics(reg)
 	if o.MetricsAddress != "" {
 		go func() {
-			srv := &http.Server{Addr: o.MetricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-			go func() { <-ctx.Done(); _ = srv.Close() }()
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := metricsserver.Serve(ctx, o.MetricsAddress, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
 				errs <- err
 			}
 		}()

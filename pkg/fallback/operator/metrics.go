@@ -2,6 +2,7 @@ package operator
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
@@ -50,10 +51,8 @@ func (m *Metrics) observe(st v1alpha1.KubeAPIServerStatus) {
 	}
 	m.latest.Set(float64(st.LatestAvailableRevision))
 	m.degraded.Set(0)
-	for _, c := range st.Conditions {
-		if c.Type == v1alpha1.ConditionDegraded && c.Status == "True" {
-			m.degraded.Set(1)
-		}
+	if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
+		m.degraded.Set(1)
 	}
 	for _, ns := range st.NodeStatuses {
 		m.current.WithLabelValues(ns.NodeName).Set(float64(ns.CurrentRevision))

@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
+	"github.com/steadyplane/steadyplane/pkg/metricsserver"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
@@ -460,12 +461,7 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
 	a.local.Register(mux)
-	srv := &http.Server{Addr: a.opts.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := metricsserver.Serve(ctx, a.opts.MetricsAddress, mux); err != nil {
 		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
 	}
 }
