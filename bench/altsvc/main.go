@@ -35,7 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 )
 
 func main() {
@@ -73,7 +73,7 @@ func run(kills, rounds, gets, spreadClients int) error {
 
 	cfg := c.AdminConfig(0)
 	cfg.QPS, cfg.Burst = 1000, 1000
-	pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{})
+	pool, err := altsvcclient.Enable(cfg, altsvcclient.Options{})
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func throughput(ctx context.Context, c *testenv.HACluster, rounds, gets int) err
 	plainCfg.QPS, plainCfg.Burst = -1, 0 // no client-side rate limit: measure the transport
 	optCfg := c.AdminConfig(0)
 	optCfg.QPS, optCfg.Burst = -1, 0
-	if _, err := clientaltsvc.Enable(optCfg, clientaltsvc.Options{Hosts: []string{c.Host(0), c.Host(1), c.Host(2)}}); err != nil {
+	if _, err := altsvcclient.Enable(optCfg, altsvcclient.Options{Hosts: []string{c.Host(0), c.Host(1), c.Host(2)}}); err != nil {
 		return err
 	}
 	clients := []*kubernetes.Clientset{kubernetes.NewForConfigOrDie(plainCfg), kubernetes.NewForConfigOrDie(optCfg)}
@@ -200,7 +200,7 @@ func spread(ctx context.Context, c *testenv.HACluster, n int) error {
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		cfg := c.AdminConfig(0)
 		cfg.Host = "https://" + gone
-		pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{Hosts: hosts})
+		pool, err := altsvcclient.Enable(cfg, altsvcclient.Options{Hosts: hosts})
 		if err != nil {
 			return err
 		}

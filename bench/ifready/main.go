@@ -27,7 +27,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
-	protocol "github.com/steadyplane/steadyplane/pkg/ifready"
+	"github.com/steadyplane/steadyplane/pkg/ifready"
 )
 
 func main() {
@@ -84,7 +84,7 @@ func run(rounds int, duration time.Duration, concurrency int) error {
 		return err
 	}
 
-	fmt.Printf("warming up, then %d rounds of %v per server, %d concurrent clients, GET %s with %s\n", rounds, duration, concurrency, path, protocol.HeaderIfReady)
+	fmt.Printf("warming up, then %d rounds of %v per server, %d concurrent clients, GET %s with %s\n", rounds, duration, concurrency, path, ifready.HeaderIfReady)
 	measure(ctx, client, onURL+path, duration, concurrency)
 	measure(ctx, client, offURL+path, duration, concurrency)
 	var on, offRates []float64
@@ -113,7 +113,7 @@ func measure(ctx context.Context, client *http.Client, url string, d time.Durati
 			defer wg.Done()
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-				req.Header[protocol.HeaderIfReady] = []string{""}
+				req.Header[ifready.HeaderIfReady] = []string{""}
 				resp, err := client.Do(req)
 				if err != nil {
 					failed.Add(1)

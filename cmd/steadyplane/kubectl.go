@@ -19,7 +19,7 @@ import (
 	// Client auth plugins, as upstream kubectl has them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
@@ -67,7 +67,7 @@ func runKubectl(args []string) int {
 // take (one that skips TLS verification) works as in upstream kubectl, with
 // one warning saying that it will not fail over.
 func haWrapper(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) func(*rest.Config) *rest.Config {
-	reg := altsvc.NewRegistry(altsvc.Options{CacheDir: clientconfig.DefaultCacheDir()})
+	reg := altsvcclient.NewRegistry(altsvcclient.Options{CacheDir: clientconfig.DefaultCacheDir()})
 	var warn sync.Once
 	return func(cfg *rest.Config) *rest.Config {
 		raw, err := flags.ToRawKubeConfigLoader().RawConfig()

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
@@ -124,7 +124,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			defer stop()
 			// Both client options: fail over between API servers, wait out
 			// one that is initializing.
-			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: filepath.Join(o.RootDir, "alternative-services")}})
+			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvcclient.Options{CacheDir: filepath.Join(o.RootDir, "alternative-services")}})
 			if err != nil {
 				return err
 			}

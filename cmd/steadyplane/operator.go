@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
@@ -58,7 +58,7 @@ func newOperatorCommand() *cobra.Command {
 			if retry.Base <= 0 || retry.Max < retry.Base {
 				return fmt.Errorf("--retry-base=%v --retry-max=%v: need 0 < base <= max", retry.Base, retry.Max)
 			}
-			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: ""}})
+			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvcclient.Options{CacheDir: ""}})
 			if err != nil {
 				return err
 			}

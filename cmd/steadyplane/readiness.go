@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 )
@@ -40,7 +40,7 @@ func newReadinessControllerCommand() *cobra.Command {
 			defer stop()
 			// Both client options: fail over between API servers, wait out
 			// one that is initializing.
-			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{CacheDir: ""}})
+			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvcclient.Options{CacheDir: ""}})
 			if err != nil {
 				return err
 			}

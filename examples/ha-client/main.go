@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
@@ -33,7 +33,7 @@ func main() {
 
 	// Both client options, and the API servers the kubeconfig lists in its
 	// steadyplane.io/alternative-services extension.
-	cfg, pool, err := clientconfig.Load(*kubeconfig, clientconfig.Options{AltSvc: altsvc.Options{Hosts: hosts}})
+	cfg, pool, err := clientconfig.Load(*kubeconfig, clientconfig.Options{AltSvc: altsvcclient.Options{Hosts: hosts}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -64,20 +64,20 @@ func main() {
 	}
 }
 
-func serving(p *altsvc.Pool, configured string) string {
+func serving(p *altsvcclient.Pool, configured string) string {
 	if c := p.Current(); c != "" {
 		return c
 	}
 	return configured
 }
 
-func blocked(p *altsvc.Pool) string {
+func blocked(p *altsvcclient.Pool) string {
 	var out []string
 	for _, h := range p.Hosts() {
 		switch h.State {
-		case altsvc.StateRejected:
+		case altsvcclient.StateRejected:
 			out = append(out, h.Host+" (certificate, for good)")
-		case altsvc.StateUnreachable, altsvc.StateInitializing:
+		case altsvcclient.StateUnreachable, altsvcclient.StateInitializing:
 			out = append(out, fmt.Sprintf("%s (%s until %s)", h.Host, h.State, h.BlockedUntil.Format("15:04:05")))
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // Up is a running "steadyplane up".

@@ -4,8 +4,8 @@
 //
 //	Alt-Svc: h2="10.0.0.2:6443"; ma=3600, h2="10.0.0.3:6443"; ma=3600
 //
-// The server side (pkg/server/filters/altsvc) writes it with Format; the
-// client side (pkg/client/altsvc) reads it with Parse. Parse takes untrusted
+// The server side (pkg/altsvc/altsvcfilter) writes it with Format; the
+// client side (pkg/altsvc/altsvcclient) reads it with Parse. Parse takes untrusted
 // input: it is bounded in size and count, never panics, and its errors give the
 // byte offset of the problem.
 package altsvc

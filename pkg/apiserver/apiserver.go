@@ -35,9 +35,9 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	"k8s.io/utils/clock"
 
-	"github.com/steadyplane/steadyplane/internal/buildinfo"
-	"github.com/steadyplane/steadyplane/pkg/server/filters/altsvc"
-	"github.com/steadyplane/steadyplane/pkg/server/filters/ifready"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcfilter"
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyfilter"
 )
 
 // Options are steadyplane's additions to the kube-apiserver flags.
@@ -65,9 +65,9 @@ const UnfinishedPostStartHook = "steadyplane-test-never-finishes"
 // NewOptions returns the defaults of "steadyplane apiserver": every addition off.
 func NewOptions() *Options {
 	return &Options{
-		RetryAfter:                  ifready.DefaultRetryAfter,
-		InitializationProbeInterval: ifready.DefaultProbeInterval,
-		AlternativeServicesMaxAge:   altsvc.DefaultMaxAge,
+		RetryAfter:                  ifreadyfilter.DefaultRetryAfter,
+		InitializationProbeInterval: ifreadyfilter.DefaultProbeInterval,
+		AlternativeServicesMaxAge:   altsvcfilter.DefaultMaxAge,
 	}
 }
 
@@ -224,32 +224,32 @@ func InstallFilters(c *genericapiserver.Config, sp *Options, clk clock.PassiveCl
 // installAlternativeServices puts the KEP-3037 filter around the API handler,
 // inside authentication: only authenticated callers learn the addresses.
 func installAlternativeServices(c *genericapiserver.Config, maxAge time.Duration) {
-	altsvc.RegisterMetrics()
-	adv := &altsvc.Advertisement{}
+	altsvcfilter.RegisterMetrics()
+	adv := &altsvcfilter.Advertisement{}
 	base := c.BuildHandlerChainFunc
 	c.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		return base(altsvc.WithAlternativeServices(apiHandler, adv), c)
+		return base(altsvcfilter.WithAlternativeServices(apiHandler, adv), c)
 	}
 	c.AddPostStartHookOrDie("steadyplane-alternative-services", func(hc genericapiserver.PostStartHookContext) error {
 		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
 		if err != nil {
 			return fmt.Errorf("loopback client for alternative services: %w", err)
 		}
-		go altsvc.Watch(hc, client, adv, maxAge)
+		go altsvcfilter.Watch(hc, client, adv, maxAge)
 		return nil
 	})
 	klog.InfoS("KEP-3037 enabled: authenticated HTTP/2 clients are sent Alt-Svc with the ready API servers", "maxAge", maxAge)
 }
 
 func installRetryAfterUntilInitialized(c *genericapiserver.Config, sp *Options, clk clock.PassiveClock) {
-	ifready.RegisterMetrics()
-	latch := ifready.NewLatch(clk)
+	ifreadyfilter.RegisterMetrics()
+	latch := ifreadyfilter.NewLatch(clk)
 	base := c.BuildHandlerChainFunc
 	c.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		// Outermost, so that the refusal comes before authorization and
 		// admission, whose answers during initialization are what it protects
 		// clients from.
-		return ifready.WithRetryAfterUntilInitialized(base(apiHandler, c), latch, sp.RetryAfter)
+		return ifreadyfilter.WithRetryAfterUntilInitialized(base(apiHandler, c), latch, sp.RetryAfter)
 	}
 	interval := sp.InitializationProbeInterval
 	c.AddPostStartHookOrDie("steadyplane-initialization-probe", func(hc genericapiserver.PostStartHookContext) error {
@@ -259,14 +259,14 @@ func installRetryAfterUntilInitialized(c *genericapiserver.Config, sp *Options, 
 		}
 		// Returns at once: the probe waits for /readyz, which waits for every
 		// post-start hook, this one included.
-		go ifready.ProbeUntilInitialized(hc, client.Discovery().RESTClient(), latch, interval)
+		go ifreadyfilter.ProbeUntilInitialized(hc, client.Discovery().RESTClient(), latch, interval)
 		return nil
 	})
 	klog.InfoS("KEP-3028 enabled: requests with X-Kubernetes-If-Ready are refused until /readyz first answers OK", "retryAfter", sp.RetryAfter)
 }
 
 // reportedVersion is an EffectiveVersion whose Info carries a gitVersion that
-// clients can parse (see internal/buildinfo); everything else is upstream's.
+// clients can parse (see pkg/buildinfo); everything else is upstream's.
 type reportedVersion struct {
 	basecompatibility.EffectiveVersion
 	gitVersion string

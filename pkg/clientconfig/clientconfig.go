@@ -2,10 +2,10 @@
 // and "steadyplane kubectl", get a *rest.Config: from a kubeconfig, with both
 // of steadyplane's client options on.
 //
-//   - KEP-3028 (pkg/client/ifready): requests carry X-Kubernetes-If-Ready, so
+//   - KEP-3028 (pkg/ifready/ifreadyclient): requests carry X-Kubernetes-If-Ready, so
 //     a server still initializing refuses them with 503 + Retry-After instead
 //     of answering wrongly.
-//   - KEP-3037 (pkg/client/altsvc): requests fail over between API servers,
+//   - KEP-3037 (pkg/altsvc/altsvcclient): requests fail over between API servers,
 //     starting from the kubeconfig's steadyplane.io/alternative-services
 //     extension and learning the rest from Alt-Svc.
 //
@@ -24,8 +24,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/homedir"
 
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
-	"github.com/steadyplane/steadyplane/pkg/client/ifready"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyclient"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -33,7 +33,7 @@ import (
 type Options struct {
 	// AltSvc tunes failover; its Hosts are added to those the kubeconfig
 	// lists, and its CacheDir keeps learned hosts across restarts.
-	AltSvc altsvc.Options
+	AltSvc altsvcclient.Options
 }
 
 // DefaultCacheDir is where a user's learned API servers are kept: beside
@@ -54,7 +54,7 @@ func DefaultCacheDir() string {
 // Load reads the kubeconfig at path ("" for client-go's default loading
 // rules: $KUBECONFIG, then ~/.kube/config) and returns its config with both
 // options on, and the failover pool of its cluster.
-func Load(path string, o Options) (*rest.Config, *altsvc.Pool, error) {
+func Load(path string, o Options) (*rest.Config, *altsvcclient.Pool, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
@@ -66,7 +66,7 @@ func Load(path string, o Options) (*rest.Config, *altsvc.Pool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := Apply(cfg, &raw, altsvc.NewRegistry(o.AltSvc), o.AltSvc.Hosts)
+	pool, err := Apply(cfg, &raw, altsvcclient.NewRegistry(o.AltSvc), o.AltSvc.Hosts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,8 +76,8 @@ func Load(path string, o Options) (*rest.Config, *altsvc.Pool, error) {
 // Apply turns both options on for cfg, built from the kubeconfig raw, with
 // reg holding the failover state (one registry per process lets all its
 // configs share it). extra are alternatives known besides the kubeconfig's.
-func Apply(cfg *rest.Config, raw *clientcmdapi.Config, reg *altsvc.Registry, extra []string) (*altsvc.Pool, error) {
-	hosts, err := altsvc.HostsForServer(raw, cfg.Host)
+func Apply(cfg *rest.Config, raw *clientcmdapi.Config, reg *altsvcclient.Registry, extra []string) (*altsvcclient.Pool, error) {
+	hosts, err := altsvcclient.HostsForServer(raw, cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
@@ -85,7 +85,7 @@ func Apply(cfg *rest.Config, raw *clientcmdapi.Config, reg *altsvc.Registry, ext
 	if err != nil {
 		return nil, err
 	}
-	ifready.Enable(cfg)
+	ifreadyclient.Enable(cfg)
 	return pool, nil
 }
 
@@ -95,7 +95,7 @@ func Apply(cfg *rest.Config, raw *clientcmdapi.Config, reg *altsvc.Registry, ext
 // extension.
 func WriteKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error {
 	cfg := pki.KubeconfigFor(server, userName, ca, kp)
-	if err := altsvc.SetKubeconfigHosts(cfg.Clusters[pki.KubeconfigCluster], alternatives); err != nil {
+	if err := altsvcclient.SetKubeconfigHosts(cfg.Clusters[pki.KubeconfigCluster], alternatives); err != nil {
 		return fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return pki.WriteKubeconfigFile(path, cfg)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testpki"
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -39,7 +39,7 @@ func TestLoadFailsOverFromTheFirstRequest(t *testing.T) {
 		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
 	}
 	srv.Listener = l
-	kp, err := p.Store.EnsureCert(p.CA, pki.CertSpec{Name: "b", CommonName: "b", DNSNames: []string{altsvc.ServerName}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	kp, err := p.Store.EnsureCert(p.CA, pki.CertSpec{Name: "b", CommonName: "b", DNSNames: []string{altsvcclient.ServerName}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +70,11 @@ func TestLoadFailsOverFromTheFirstRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hosts, err := altsvc.HostsForServer(raw, "https://"+deadHost); err != nil || len(hosts) != 2 {
+	if hosts, err := altsvcclient.HostsForServer(raw, "https://"+deadHost); err != nil || len(hosts) != 2 {
 		t.Fatalf("written extension: %v, %v", hosts, err)
 	}
 
-	cfg, pool, err := Load(path, Options{AltSvc: altsvc.Options{CacheDir: t.TempDir()}})
+	cfg, pool, err := Load(path, Options{AltSvc: altsvcclient.Options{CacheDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

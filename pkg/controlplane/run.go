@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 
 	"k8s.io/client-go/util/flowcontrol"
 )

@@ -1,6 +1,6 @@
 // Package ifready holds the wire protocol of KEP-3028 "Retry during server
-// initialization", shared by the server filter (pkg/server/filters/ifready) and
-// the client option (pkg/client/ifready).
+// initialization", shared by the server filter (pkg/ifready/ifreadyfilter) and
+// the client option (pkg/ifready/ifreadyclient).
 //
 // A client that sends HeaderIfReady asks the server to refuse the request with
 // 503 and Retry-After while it has not yet fully initialized, instead of serving

@@ -14,10 +14,10 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testup"
-	"github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 func TestUpKubectlRestartKeepsObjects(t *testing.T) {
@@ -65,8 +65,8 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hosts, err := altsvc.HostsForServer(raw, "https://127.0.0.1:"+strconv.Itoa(ports[0])); err != nil || len(hosts) != 1 || hosts[0] != "127.0.0.1:"+strconv.Itoa(ports[0]) {
-		t.Errorf("admin.kubeconfig's %s extension: %v, %v", altsvc.KubeconfigExtension, hosts, err)
+	if hosts, err := altsvcclient.HostsForServer(raw, "https://127.0.0.1:"+strconv.Itoa(ports[0])); err != nil || len(hosts) != 1 || hosts[0] != "127.0.0.1:"+strconv.Itoa(ports[0]) {
+		t.Errorf("admin.kubeconfig's %s extension: %v, %v", altsvcclient.KubeconfigExtension, hosts, err)
 	}
 	link := filepath.Join(t.TempDir(), "kubectl")
 	if err := os.Symlink(bin, link); err != nil {

@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // TestKillMidRollout kills, with SIGKILL, each part of a rollout while it

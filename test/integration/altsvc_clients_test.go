@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
@@ -73,7 +73,7 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 	}
 
 	cfg := c.AdminConfig(0)
-	pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{})
+	pool, err := altsvcclient.Enable(cfg, altsvcclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,8 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	wire "github.com/steadyplane/steadyplane/pkg/altsvc"
-	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 )
 
 // TestAlternativeServicesFailover runs three API servers, each on its own
@@ -80,7 +80,7 @@ func TestAlternativeServicesFailover(t *testing.T) {
 
 	cfg := c.AdminConfig(0)
 	cfg.QPS, cfg.Burst = 200, 400 // client-go's 5 QPS would throttle the load below
-	pool, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{BlockDuration: 3 * time.Second})
+	pool, err := altsvcclient.Enable(cfg, altsvcclient.Options{BlockDuration: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func altSvcHeader(t *testing.T, c *testenv.HACluster, i int, path string, h2, wi
 	if (resp.ProtoMajor == 2) != h2 {
 		t.Fatalf("GET %s spoke %s", path, resp.Proto)
 	}
-	return strings.Join(resp.Header.Values(wire.HeaderName), ", ")
+	return strings.Join(resp.Header.Values(altsvc.HeaderName), ", ")
 }
 
 // waitFor polls cond every 250ms until it holds or timeout passes.

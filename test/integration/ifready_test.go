@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	clientifready "github.com/steadyplane/steadyplane/pkg/client/ifready"
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
-	protocol "github.com/steadyplane/steadyplane/pkg/ifready"
+	"github.com/steadyplane/steadyplane/pkg/ifready"
+	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyclient"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -94,7 +94,7 @@ func TestRetryDuringServerInitialization(t *testing.T) {
 		// client-go with the option, started after the port opens and before
 		// /readyz is OK: client-go's retry must carry it through.
 		withOption := rest.CopyConfig(viewer)
-		obs := clientifready.Enable(withOption)
+		obs := ifreadyclient.Enable(withOption)
 		withOptionErr := make(chan error, 1)
 		go func() {
 			_, err := kubernetes.NewForConfigOrDie(withOption).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -110,12 +110,12 @@ func TestRetryDuringServerInitialization(t *testing.T) {
 		if err := <-withOptionErr; err != nil {
 			t.Errorf("client with the option saw an error: %v", err)
 		}
-		if n := obs.Count(protocol.Initializing); n == 0 {
+		if n := obs.Count(ifready.Initializing); n == 0 {
 			t.Errorf("client with the option was never asked to wait: it did not start before the server was ready, so this run proved nothing")
 		} else {
 			t.Logf("client with the option: asked to wait %d times, then served (last answer %v)", n, obs.Last())
 		}
-		if obs.Last() != protocol.Ready {
+		if obs.Last() != ifready.Ready {
 			t.Errorf("last answer %v, want Ready", obs.Last())
 		}
 		t.Logf("client without the option: first list returned error %v", <-withoutOptionErr)
@@ -296,7 +296,7 @@ func (rec *recording) wait(t *testing.T) (withHeader, withoutHeader, livez []obs
 func do(ctx context.Context, client *http.Client, url string, withHeader bool) observed {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if withHeader {
-		req.Header[protocol.HeaderIfReady] = []string{""}
+		req.Header[ifready.HeaderIfReady] = []string{""}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -304,7 +304,7 @@ func do(ctx context.Context, client *http.Client, url string, withHeader bool) o
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	o := observed{code: resp.StatusCode, ready: resp.Header.Values(protocol.HeaderReady), retryAfter: resp.Header.Get("Retry-After")}
+	o := observed{code: resp.StatusCode, ready: resp.Header.Values(ifready.HeaderReady), retryAfter: resp.Header.Get("Retry-After")}
 	var st metav1.Status
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
 		o.reason = st.Reason

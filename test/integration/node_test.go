@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/steadyplane/steadyplane/internal/testpki"
-	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
-	clientifready "github.com/steadyplane/steadyplane/pkg/client/ifready"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyclient"
 )
 
 // variant is one way of building the client.
@@ -34,13 +34,13 @@ type variant struct {
 
 var variants = []variant{
 	{"client-go", func(*testing.T, *rest.Config) {}},
-	{"ifready", func(_ *testing.T, cfg *rest.Config) { clientifready.Enable(cfg) }},
+	{"ifready", func(_ *testing.T, cfg *rest.Config) { ifreadyclient.Enable(cfg) }},
 	{"altsvc", enableAltSvc},
-	{"ifready+altsvc", func(t *testing.T, cfg *rest.Config) { clientifready.Enable(cfg); enableAltSvc(t, cfg) }},
+	{"ifready+altsvc", func(t *testing.T, cfg *rest.Config) { ifreadyclient.Enable(cfg); enableAltSvc(t, cfg) }},
 }
 
 func enableAltSvc(t *testing.T, cfg *rest.Config) {
-	if _, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{}); err != nil {
+	if _, err := altsvcclient.Enable(cfg, altsvcclient.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/internal/testpki"
-	clientaltsvc "github.com/steadyplane/steadyplane/pkg/client/altsvc"
-	clientifready "github.com/steadyplane/steadyplane/pkg/client/ifready"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyclient"
 )
 
 // hostFault is what the first host (the one the client is configured with)
@@ -133,13 +133,13 @@ func TestMultiHostRows(t *testing.T) {
 						ContentConfig: rest.ContentConfig{GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
 						QPS:           1000, Burst: 1000, Timeout: 30 * time.Second,
 					}
-					if _, err := clientaltsvc.Enable(cfg, clientaltsvc.Options{
+					if _, err := altsvcclient.Enable(cfg, altsvcclient.Options{
 						Hosts: []string{first, second.host()}, DialTimeout: 300 * time.Millisecond, LocalAddresses: []net.IP{},
 					}); err != nil {
 						t.Fatal(err)
 					}
 					if both {
-						clientifready.Enable(cfg)
+						ifreadyclient.Enable(cfg)
 					}
 					rc, err := rest.RESTClientFor(cfg)
 					if err != nil {

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/steadyplane/steadyplane/internal/procfs"
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // The test binary is its own container shim.

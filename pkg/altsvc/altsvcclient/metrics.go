@@ -1,0 +1,51 @@
+package altsvcclient
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are process-wide, like client-go's own: every pool adds to them.
+var metrics = struct {
+	requests *prometheus.CounterVec
+	switches prometheus.Counter
+	blocks   *prometheus.CounterVec
+	blocked  prometheus.Gauge
+	resumes  prometheus.Counter
+}{
+	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_requests_total",
+		Help: "Requests sent by the alternative-services round tripper, by API server and result (ok, network, certificate, canceled, not the host's fault).",
+	}, []string{"host", "result"}),
+	switches: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_switches_total",
+		Help: "Times a client moved to another API server.",
+	}),
+	blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_blocks_total",
+		Help: "Times an API server was blocked, by failure (network: for a while; certificate: for good).",
+	}, []string{"failure"}),
+	blocked: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "steadyplane_client_alternative_services_blocked_hosts",
+		Help: "API servers blocked at the last failure of the most recent pool.",
+	}),
+	resumes: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_watch_resumes_total",
+		Help: "Watches whose stream broke and that went on on another API server from their last event.",
+	}),
+}
+
+// RegisterMetrics registers the round tripper's metrics with reg (for
+// example prometheus.DefaultRegisterer, or a controller-runtime registry).
+func RegisterMetrics(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
+		}
+	}
+	return nil
+}
