@@ -282,7 +282,9 @@ func MayResend(method string, connected, bodyReplayable bool) bool {
 // from a pod, service or node through a proxy subresource, where the backend
 // chooses the headers.
 func MayLearnFrom(path string) bool {
-	for _, seg := range strings.Split(path, "/") {
+	for path != "" {
+		var seg string
+		seg, path, _ = strings.Cut(path, "/")
 		if seg == "proxy" {
 			return false
 		}

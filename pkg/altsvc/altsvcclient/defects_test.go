@@ -14,6 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/steadyplane/steadyplane/pkg/ifready"
+
 	"github.com/gorilla/websocket"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	apispdy "k8s.io/apimachinery/pkg/util/httpstream/spdy"
@@ -450,5 +455,70 @@ func TestSPDYConnectStepFailsOver(t *testing.T) {
 	}
 	if proto != "portforward.k8s.io" || upgrades.Load() != 1 {
 		t.Errorf("protocol %q, %d upgrades at the alternative; want portforward.k8s.io and 1", proto, upgrades.Load())
+	}
+}
+
+// TestUpgradeMovesOnFromARefusal: the connect step of an exec goes through
+// the same attempt loop as any request, so a server that refuses it as not
+// yet initialized (KEP-3028) is left for the next one, and both attempts
+// are counted. (client-go's SPDY round tripper hands back the refusal as
+// an answer; its websocket one turns it into an error that says nothing of
+// the header.)
+func TestUpgradeMovesOnFromARefusal(t *testing.T) {
+	p := testpki.New(t)
+	refusing := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+	refusing.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(ifready.HeaderReady, "false")
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "not yet initialized", http.StatusServiceUnavailable)
+	})
+	var reached atomic.Int32
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		http.Error(w, "b answers", http.StatusBadRequest)
+	}))
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
+	}
+	s.Listener = l
+	s.TLS = serverTLSNamed(t, p, ServerName)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	orig, alt := refusing.host(), s.Listener.Addr().String()
+	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
+	pool, err := Enable(cfg, Options{Hosts: []string{orig, alt}, LocalAddresses: []net.IP{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedBefore := testutil.ToFloat64(metrics.requests.WithLabelValues(orig, NotReadyFailure.String()))
+	okBefore := testutil.ToFloat64(metrics.requests.WithLabelValues(alt, "ok"))
+	rt, _, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+orig+"/api/v1/namespaces/default/pods/p/exec?command=true", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("exec connect with the original refusing: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "b answers") {
+		t.Errorf("answer %d %q, want the alternative's", resp.StatusCode, body)
+	}
+	if n := reached.Load(); n != 1 {
+		t.Errorf("%d connects reached the alternative, want 1", n)
+	}
+	if pool.Current() != alt {
+		t.Errorf("Current = %q, want %q", pool.Current(), alt)
+	}
+	if d := testutil.ToFloat64(metrics.requests.WithLabelValues(orig, NotReadyFailure.String())) - refusedBefore; d != 1 {
+		t.Errorf("refusals counted for the original: %v, want 1", d)
+	}
+	if d := testutil.ToFloat64(metrics.requests.WithLabelValues(alt, "ok")) - okBefore; d != 1 {
+		t.Errorf("answers counted for the alternative: %v, want 1", d)
 	}
 }

@@ -1,12 +1,7 @@
 package altsvcclient
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
 	"net"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,24 +13,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc"
-	"github.com/steadyplane/steadyplane/pkg/atomicfile"
-)
-
-// State is what the pool currently thinks of a host.
-type State string
-
-const (
-	// StateUsable: nothing speaks against the host.
-	StateUsable State = "Usable"
-	// StateUnreachable: the host failed at the network level; it is left out
-	// until the block ends, except as a last resort.
-	StateUnreachable State = "Unreachable"
-	// StateInitializing: the host refused a request as not ready (KEP-3028);
-	// it is left out for its Retry-After.
-	StateInitializing State = "Initializing"
-	// StateRejected: the host's certificate did not verify; it is never used
-	// again by this process.
-	StateRejected State = "Rejected"
 )
 
 // HostState is what the pool knows of one host, for status and debugging.
@@ -57,21 +34,12 @@ type HostState struct {
 	LastError string
 }
 
-// hostRecord is the pool's record of one host.
+// hostRecord is the pool's record of one host: its health (the state
+// machine of hoststate.go) and, for a learned host, when it is forgotten.
 type hostRecord struct {
-	state   State
-	until   time.Time // end of an Unreachable or Initializing block
-	lastErr string
+	hostHealth
 	expires time.Time     // learned hosts: forgotten after this
 	maxAge  time.Duration // learned hosts: the "ma" they were listed with
-}
-
-// stateAt is the record's state at now: a block that has ended is Usable.
-func (r *hostRecord) stateAt(now time.Time) State {
-	if (r.state == StateUnreachable || r.state == StateInitializing) && !now.Before(r.until) {
-		return StateUsable
-	}
-	return r.state
 }
 
 // Pool is the shared state of the clients of one cluster: the known hosts,
@@ -92,6 +60,10 @@ type Pool struct {
 	records    map[string]*hostRecord
 	lastValue  string
 	current    string
+	// gen counts changes of what a plan is made from (hosts, their states,
+	// the current host); cached is the last plan made.
+	gen    uint64
+	cached cachedPlan
 }
 
 func newPool(configured []string, blockDuration time.Duration, clk clock.PassiveClock, local func(string) bool, seed uint64) *Pool {
@@ -108,7 +80,7 @@ func newPool(configured []string, blockDuration time.Duration, clk clock.Passive
 func (p *Pool) recordLocked(h string) *hostRecord {
 	r, ok := p.records[h]
 	if !ok {
-		r = &hostRecord{state: StateUsable}
+		r = &hostRecord{hostHealth: hostHealth{state: StateUsable}}
 		p.records[h] = r
 	}
 	return r
@@ -181,11 +153,16 @@ func (p *Pool) BlockedCount() int {
 }
 
 // plan returns the hosts to try for a request to original (host:port), best
-// first.
+// first. The plan is kept until the pool changes or a block or a learned
+// host's lifetime ends, so a request of a client whose hosts are steady
+// costs one lock and no allocation; callers must not modify it.
 func (p *Pool) plan(original string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
+	if c := &p.cached; c.hosts != nil && c.gen == p.gen && c.original == original && now.Before(c.validUntil) {
+		return c.hosts
+	}
 	p.expireLocked(now)
 	candidates := p.candidatesLocked()
 	var lastResort []string
@@ -195,7 +172,7 @@ func (p *Pool) plan(original string) []string {
 		}
 	}
 	slices.SortStableFunc(lastResort, func(a, b string) int { return p.records[a].until.Compare(p.records[b].until) })
-	return Order(OrderInput{
+	hosts := Order(OrderInput{
 		Original:   original,
 		Current:    p.current,
 		Candidates: candidates,
@@ -207,6 +184,37 @@ func (p *Pool) plan(original string) []string {
 		Seed:       p.seed,
 		LastResort: lastResort,
 	})
+	p.cached = cachedPlan{original: original, gen: p.gen, validUntil: p.nextChangeLocked(now), hosts: hosts}
+	return hosts
+}
+
+// cachedPlan is the last plan, valid while the pool's generation is gen and
+// until validUntil.
+type cachedPlan struct {
+	original   string
+	gen        uint64
+	validUntil time.Time
+	hosts      []string
+}
+
+// farFuture stands for "no change by time alone".
+var farFuture = time.Unix(1<<62, 0)
+
+// nextChangeLocked is the first moment after now when time alone changes a
+// plan: a block ends or a learned host expires.
+func (p *Pool) nextChangeLocked(now time.Time) time.Time {
+	next := farFuture
+	for _, r := range p.records {
+		if (r.state == StateUnreachable || r.state == StateInitializing) && r.until.After(now) && r.until.Before(next) {
+			next = r.until
+		}
+	}
+	for _, h := range p.learned {
+		if r := p.records[h]; r != nil && r.expires.After(now) && r.expires.Before(next) {
+			next = r.expires
+		}
+	}
+	return next
 }
 
 func (p *Pool) candidatesLocked() []string {
@@ -227,6 +235,7 @@ func (p *Pool) expireLocked(now time.Time) {
 			continue
 		}
 		p.lastValue = "" // the next header is read again, even if unchanged
+		p.gen++
 		klog.V(2).InfoS("Alternative API server expired", "host", h)
 	}
 	p.learned = kept
@@ -239,8 +248,11 @@ func (p *Pool) succeeded(host, original string, altSvc []string) (previous strin
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.clock.Now()
-	if r, ok := p.records[host]; ok && r.state != StateRejected {
-		r.state, r.until, r.lastErr = StateUsable, time.Time{}, ""
+	if r, ok := p.records[host]; ok {
+		if next := transition(r.hostHealth, hostEvent{kind: hostAnswered}, now, p.blockDuration); next != r.hostHealth {
+			r.hostHealth = next
+			p.gen++
+		}
 	}
 	if p.current != host {
 		previous = p.current
@@ -248,6 +260,7 @@ func (p *Pool) succeeded(host, original string, altSvc []string) (previous strin
 			previous = original
 		}
 		p.current = host
+		p.gen++
 	}
 	if len(altSvc) > 0 {
 		p.learnLocked(host, altSvc, now)
@@ -281,6 +294,7 @@ func (p *Pool) learnLocked(from string, values []string, now time.Time) {
 	}
 	p.lastValue = value
 	p.learned = p.learned[:0:0]
+	p.gen++
 	if h.Clear {
 		klog.InfoS("API server cleared its alternative services", "from", from)
 		p.saveLocked()
@@ -306,12 +320,14 @@ func (p *Pool) learnLocked(from string, values []string, now time.Time) {
 	p.saveLocked()
 }
 
-// failed records a failure of host and blocks it according to f: for the
-// block duration after a network failure, for wait (at most the block
-// duration) after a not-ready answer, for good after a certificate failure.
-// It returns whether the host was not blocked before.
+// failed records a failure of host and moves it through the host state
+// machine (transition): blocked for the block duration after a network
+// failure, for wait (at most the block duration) after a not-ready answer,
+// for good after a certificate failure. It returns whether the host was not
+// blocked before.
 func (p *Pool) failed(host string, f Failure, err error, wait time.Duration) bool {
-	if f == NotHostFailure {
+	ev, ok := eventFor(f, err, wait)
+	if !ok {
 		return false
 	}
 	p.mu.Lock()
@@ -319,25 +335,11 @@ func (p *Pool) failed(host string, f Failure, err error, wait time.Duration) boo
 	now := p.clock.Now()
 	r := p.recordLocked(host)
 	wasBlocked := r.stateAt(now) != StateUsable
-	if err != nil {
-		r.lastErr = err.Error()
-	}
-	switch {
-	case r.state == StateRejected:
-		// A certificate failure is never forgotten.
-	case f == CertificateFailure:
-		r.state = StateRejected
-	case f == NotReadyFailure:
-		if wait <= 0 || wait > p.blockDuration {
-			wait = p.blockDuration
-		}
-		r.state, r.until = StateInitializing, now.Add(wait)
-	default:
-		r.state, r.until = StateUnreachable, now.Add(p.blockDuration)
-	}
+	r.hostHealth = transition(r.hostHealth, ev, now, p.blockDuration)
 	if p.current == host {
 		p.current = ""
 	}
+	p.gen++
 	return !wasBlocked
 }
 
@@ -349,110 +351,5 @@ func (p *Pool) configure(hosts []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.configured = hosts
-}
-
-func (p *Pool) cacheFileName() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cacheFile
-}
-
-// setCacheFile makes the pool keep its learned hosts in file, and loads
-// those a previous process left there.
-func (p *Pool) setCacheFile(file string) {
-	p.mu.Lock()
-	p.cacheFile = file
-	p.mu.Unlock()
-	p.loadCache()
-}
-
-// cacheRecord is the content of a cache file: the learned hosts of one
-// cluster, so that a process restarted while its configured server is down
-// still finds the others.
-type cacheRecord struct {
-	Hosts []cacheHost `json:"hosts"`
-}
-
-type cacheHost struct {
-	Host    string    `json:"host"`
-	Expires time.Time `json:"expires"`
-}
-
-// maxCacheFile bounds what loadCache reads: a cache file is ours, but a
-// damaged or replaced one must not cost more than a short read.
-const maxCacheFile = 64 << 10
-
-// saveLocked writes the learned hosts to the cache file, if there is one.
-// A failure is logged: the cache only helps, it is never needed.
-func (p *Pool) saveLocked() {
-	if p.cacheFile == "" {
-		return
-	}
-	rec := cacheRecord{}
-	for _, h := range p.learned {
-		rec.Hosts = append(rec.Hosts, cacheHost{Host: h, Expires: p.records[h].expires})
-	}
-	data, err := json.Marshal(rec)
-	if err == nil {
-		err = atomicfile.WriteFile(p.cacheFile, data, 0o600)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Could not save the learned API servers", "file", p.cacheFile)
-	}
-}
-
-// loadCache reads the learned hosts of a previous process from the cache
-// file. A missing file is normal; a damaged one is reported and ignored.
-func (p *Pool) loadCache() {
-	if p.cacheFile == "" {
-		return
-	}
-	hosts, err := readCache(p.cacheFile)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			klog.InfoS("Ignoring the cache of learned API servers", "file", p.cacheFile, "err", err)
-		}
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	for _, h := range hosts {
-		if !now.Before(h.Expires) || contains(p.learned, h.Host) {
-			continue
-		}
-		p.learned = append(p.learned, h.Host)
-		r := p.recordLocked(h.Host)
-		r.expires, r.maxAge = h.Expires, h.Expires.Sub(now)
-	}
-	if len(p.learned) > 0 {
-		klog.V(2).InfoS("Loaded learned API servers from the cache", "file", p.cacheFile, "hosts", p.learned)
-	}
-}
-
-// readCache parses a cache file, refusing anything that is not a small
-// regular file of well-formed entries.
-func readCache(path string) ([]cacheHost, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() || st.Size() > maxCacheFile {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, maxCacheFile)
-	}
-	var rec cacheRecord
-	if err := json.NewDecoder(f).Decode(&rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, h := range rec.Hosts {
-		if _, _, err := net.SplitHostPort(h.Host); err != nil {
-			return nil, fmt.Errorf("%s: host %q: %w", path, h.Host, err)
-		}
-	}
-	return rec.Hosts, nil
+	p.gen++
 }

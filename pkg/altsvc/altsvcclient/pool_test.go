@@ -2,9 +2,11 @@ package altsvcclient
 
 import (
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,5 +200,52 @@ func TestPoolCacheFile(t *testing.T) {
 		if b, _ := os.ReadFile(file); string(b) != content {
 			t.Errorf("%s: the file was changed", name)
 		}
+	}
+}
+
+// TestCachedPlanIsTheFreshPlan drives a pool through random failures,
+// answers, Alt-Svc headers and the passing of time, and checks after each
+// step that the plan it keeps is the plan it would make afresh.
+func TestCachedPlanIsTheFreshPlan(t *testing.T) {
+	const orig = "10.0.0.1:6443"
+	hosts := []string{orig, "10.0.0.2:6443", "10.0.0.3:6443", "10.0.0.4:6443"}
+	headers := []string{`h2="10.0.0.2:6443"; ma=5, h2="10.0.0.3:6443"; ma=20`, `h2="10.0.0.4:6443"; ma=3`, "clear"}
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	p := newPool(hosts[1:3], 10*time.Second, clk, func(h string) bool { return h == hosts[3] }, 7)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := 0; step < 5000; step++ {
+		h := hosts[rng.IntN(len(hosts))]
+		switch rng.IntN(6) {
+		case 0:
+			p.failed(h, NetworkFailure, errors.New("refused"), 0)
+		case 1:
+			p.failed(h, NotReadyFailure, errors.New("503"), time.Duration(rng.IntN(15))*time.Second)
+		case 2:
+			if rng.IntN(20) == 0 {
+				p.failed(h, CertificateFailure, errors.New("x509"), 0)
+			}
+		case 3:
+			p.succeeded(h, orig, []string{headers[rng.IntN(len(headers))]})
+		case 4:
+			p.succeeded(h, orig, nil)
+		case 5:
+			clk.SetTime(clk.Now().Add(time.Duration(rng.IntN(4000)) * time.Millisecond))
+		}
+		kept := slices.Clone(p.plan(orig))
+		p.mu.Lock()
+		p.cached = cachedPlan{}
+		p.mu.Unlock()
+		if fresh := p.plan(orig); !reflect.DeepEqual(kept, fresh) {
+			t.Fatalf("step %d: kept plan %v, fresh plan %v", step, kept, fresh)
+		}
+	}
+}
+
+func BenchmarkPlan(b *testing.B) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	p := newPool([]string{"10.0.0.2:6443", "10.0.0.3:6443"}, 10*time.Second, clk, func(string) bool { return false }, 7)
+	b.ReportAllocs()
+	for b.Loop() {
+		p.plan("10.0.0.1:6443")
 	}
 }

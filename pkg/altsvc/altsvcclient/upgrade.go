@@ -9,7 +9,6 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/transport/websocket"
-	"k8s.io/klog/v2"
 )
 
 // upgradeTLS returns the TLS configuration of a round tripper that upgrades
@@ -47,12 +46,16 @@ func ClassifyUpgrade(err error) Failure {
 }
 
 // upgradeRoundTripper moves the connect step of an exec, attach or
-// port-forward to another API server when the dial fails. An upgrading round
+// port-forward to another API server when the dial fails, through the same
+// attempt loop as every other request (tryHosts). An upgrading round
 // tripper is made for one request, so setting its TLS server name for the
 // host being tried is safe.
 type upgradeRoundTripper struct {
 	next http.RoundTripper
 	reg  *registry
+
+	tlsCfg     *tls.Config // next's, while a request is under way
+	serverName string      // the server name next had for the original host
 }
 
 // WrappedRoundTripper lets client-go find the round tripper underneath.
@@ -66,36 +69,31 @@ func (rt *upgradeRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	}
 	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
 	pool := rt.reg.pool("https://"+original, tlsCfg.RootCAs)
-	serverName := tlsCfg.ServerName
-	var firstErr error
-	for _, host := range pool.plan(original) {
-		out := req.Clone(req.Context())
-		tlsCfg.ServerName = serverName
-		if host != original {
-			out.URL.Host = host
-			out.Host = ServerName
-			tlsCfg.ServerName = ServerName
-		}
-		resp, err := rt.next.RoundTrip(out)
-		if err == nil {
-			if prev := pool.succeeded(host, original, nil); prev != "" {
-				klog.InfoS("Switched API server for a connection upgrade", "from", prev, "to", host)
-			}
-			return resp, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-		if req.Context().Err() != nil {
-			return nil, err
-		}
-		f := ClassifyUpgrade(err)
-		if f == NotHostFailure {
-			return nil, err
-		}
-		if pool.failed(host, f, err, 0) {
-			klog.InfoS("Blocked API server", "host", host, "failure", f, "err", err)
-		}
-	}
-	return nil, firstErr
+	rt.tlsCfg, rt.serverName = tlsCfg, tlsCfg.ServerName
+	resp, _, err := tryHosts(rt, req, pool, pool.plan(original), original, false)
+	return resp, err
 }
+
+// attempt implements attempter: the upgrading round tripper dials host by
+// itself, so how far it got is read from its error (ClassifyUpgrade).
+func (rt *upgradeRoundTripper) attempt(req *http.Request, host, original string) (*http.Response, Phase, error) {
+	out := req.Clone(req.Context())
+	rt.tlsCfg.ServerName = rt.serverName
+	if host != original {
+		out.URL.Host = host
+		out.Host = ServerName
+		rt.tlsCfg.ServerName = ServerName
+	}
+	resp, err := rt.next.RoundTrip(out)
+	if err != nil && ClassifyUpgrade(err) != NotHostFailure {
+		return nil, Connecting, err
+	}
+	return resp, Connected, err
+}
+
+// classify implements attempter with ClassifyUpgrade.
+func (rt *upgradeRoundTripper) classify(err error, _ Phase) Failure { return ClassifyUpgrade(err) }
+
+// accept implements attempter: an upgraded connection is the caller's as it
+// is.
+func (rt *upgradeRoundTripper) accept(*http.Request, *http.Response, *Pool, string) error { return nil }
