@@ -59,7 +59,7 @@ refused.`,
 	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")
 	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on --bind-address.")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
-	fs.StringVar(&o.Fallback, "static-pod-fallback", o.Fallback, "Roll out the API server's configuration (kubectl edit kubeapiserver cluster) as revisions with a startup monitor that falls back to the last-known-good revision: auto (on with static pods and the controllers), on or off.")
+	fs.Var(&o.Fallback, "static-pod-fallback", "Roll out the API server's configuration (kubectl edit kubeapiserver cluster) as revisions with a startup monitor that falls back to the last-known-good revision: auto (on with static pods and the controllers), on or off.")
 	fs.DurationVar(&o.FallbackTimeout, "fallback-timeout", o.FallbackTimeout, "How long a started API server revision may take to become healthy and ready before the startup monitor falls back (Unhealthy, EtcdUnhealthy, NotReady).")
 	fs.DurationVar(&o.FallbackFirstStartTimeout, "fallback-first-start-timeout", o.FallbackFirstStartTimeout, "How long the startup monitor waits for the first start attempt of a revision (NeverStartedUp).")
 	fs.DurationVar(&o.FallbackRetryBase, "fallback-retry-base", o.FallbackRetryBase, "Wait before the operator retries a revision that failed with a retried reason (EtcdUnhealthy, NotReady, Unhealthy); doubles with every fallback.")

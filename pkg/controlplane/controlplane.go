@@ -90,7 +90,7 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if cp.opts.Fallback != "off" && cp.opts.Controllers && cp.opts.Node {
+	if cp.opts.Fallback.Enabled(cp.opts.Controllers && cp.opts.Node) {
 		if err := cp.prepareFallback(); err != nil {
 			cp.Close()
 			return nil, err

@@ -33,7 +33,7 @@ const operatorPod = "steadyplane-kubeapiserver-operator"
 // account tokens and the cluster CA ConfigMap) and the node agent's
 // read-only endpoint (the startup monitor's view while the API is down).
 func (cp *ControlPlane) fallbackOn() bool {
-	return cp.opts.Fallback != "off" && cp.staticPods && cp.ControllerManager != nil && cp.opts.NodeMetricsPort != 0
+	return cp.opts.Fallback.Enabled(cp.staticPods && cp.ControllerManager != nil && cp.opts.NodeMetricsPort != 0)
 }
 
 // prepareFallback issues the operator's and the startup monitor's client

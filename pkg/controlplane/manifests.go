@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -152,7 +154,7 @@ func (cp *ControlPlane) Components(binary string) []Component {
 	if cp.fallbackOn() {
 		kubeconfig := filepath.Join(cp.dataDir, "kubeapiserver-operator.kubeconfig")
 		args := []string{"operator", "--kubeconfig=" + kubeconfig, "--retry-base=" + cp.opts.FallbackRetryBase.String(), "--retry-max=" + cp.opts.FallbackRetryMax.String()}
-		if cp.opts.Fallback == "on" {
+		if cp.opts.Fallback == fallback.ModeOn {
 			args = append(args, "--topology=on")
 		}
 		if cp.opts.OperatorMetricsPort != 0 {

@@ -71,7 +71,7 @@ type Options struct {
 	// KubeAPIServer operator, each watched by a startup monitor that falls
 	// back to the last-known-good revision: auto (with static pods, the
 	// controllers and the node agent's read-only endpoint), on or off.
-	Fallback string
+	Fallback fallback.Mode
 	// FallbackTimeout and FallbackFirstStartTimeout are the startup
 	// monitor's timeouts (ready; first start attempt).
 	FallbackTimeout, FallbackFirstStartTimeout time.Duration
@@ -117,7 +117,7 @@ func NewOptions() *Options {
 		CNIBridge:                  "steadyplane0",
 		ReadinessController:        true,
 		ReadinessWebhookPort:       9443,
-		Fallback:                   "auto",
+		Fallback:                   fallback.ModeAuto,
 		FallbackTimeout:            monitor.DefaultTimeouts.Ready,
 		FallbackFirstStartTimeout:  monitor.DefaultTimeouts.FirstStart,
 		FallbackRetryBase:          fallback.DefaultRetryBase,
@@ -169,8 +169,8 @@ func (o *Options) validate() error {
 		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
 	}
 	switch o.Fallback {
-	case "auto", "off":
-	case "on":
+	case fallback.ModeAuto, fallback.ModeOff:
+	case fallback.ModeOn:
 		if !o.Node || !o.StaticPods || !o.Controllers || o.NodeMetricsPort == 0 {
 			errs = append(errs, "--static-pod-fallback=on needs --node, --static-pods, --controllers and a --node-metrics-port (the startup monitor reads the node agent's local status there)")
 		}

@@ -30,3 +30,31 @@ func TestRetryDelay(t *testing.T) {
 		t.Errorf("short flags for tests: %v", got)
 	}
 }
+
+func TestMode(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		wantErr bool
+	}{{"auto", false}, {"on", false}, {"off", false}, {"", true}, {"yes", true}, {"On", true}} {
+		m := ModeAuto
+		err := m.Set(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("Set(%q) = %v, want error %v", tt.in, err, tt.wantErr)
+		}
+		if err == nil && m.String() != tt.in {
+			t.Errorf("Set(%q) then String() = %q", tt.in, m.String())
+		}
+		if err != nil && m != ModeAuto {
+			t.Errorf("a refused Set(%q) changed the mode to %q", tt.in, m)
+		}
+	}
+	for _, tt := range []struct {
+		m        Mode
+		possible bool
+		want     bool
+	}{{ModeAuto, true, true}, {ModeAuto, false, false}, {ModeOn, true, true}, {ModeOn, false, false}, {ModeOff, true, false}, {ModeOff, false, false}} {
+		if got := tt.m.Enabled(tt.possible); got != tt.want {
+			t.Errorf("%s.Enabled(%v) = %v, want %v", tt.m, tt.possible, got, tt.want)
+		}
+	}
+}
