@@ -243,6 +243,12 @@ func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
 	}
 }
 
+// podKey is the key of pod in the informer's store and of its worker:
+// namespace/name.
+func podKey(pod *corev1.Pod) string {
+	return types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}.String()
+}
+
 func (a *Agent) podChanged(ctx context.Context, obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -252,7 +258,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 		a.mirrorChanged(pod)
 		return
 	}
-	key := pod.Namespace + "/" + pod.Name
+	key := podKey(pod)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w, ok := a.workers[key]; ok {
@@ -265,7 +271,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return // finished pods are not run again
 	}
-	a.startWorker(ctx, key, newWorker(a, pod, false))
+	a.startWorker(ctx, key, newWorker(a, a.opts, pod, false))
 }
 
 func (a *Agent) startWorker(ctx context.Context, key string, w *worker) {
@@ -312,7 +318,7 @@ func (a *Agent) podDeleted(obj any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if w, ok := a.workers[pod.Namespace+"/"+pod.Name]; ok && w.pod.UID == pod.UID {
+	if w, ok := a.workers[podKey(pod)]; ok && w.pod.UID == pod.UID {
 		w.delete()
 	}
 }

@@ -19,7 +19,8 @@ var _ kubeletapi.Host = nodeAPIHost{}
 // pod; uid, when given, must be the pod's or its mirror pod's.
 func (h nodeAPIHost) worker(namespace, name string, uid types.UID) (*worker, error) {
 	h.a.mu.Lock()
-	candidates := []*worker{h.a.workers[namespace+"/"+name], h.a.workers["static/"+namespace+"/"+name]}
+	key := types.NamespacedName{Namespace: namespace, Name: name}.String()
+	candidates := []*worker{h.a.workers[key], h.a.workers[staticKeyPrefix+key]}
 	h.a.mu.Unlock()
 	for _, w := range candidates {
 		if w == nil {

@@ -38,14 +38,13 @@ const volumeRefresh = time.Minute
 // previous call (or a previous agent) made; it returns an error worth an
 // event, with errConfig for a pod this node cannot run.
 func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) error {
-	a := w.a
-	rt := a.opts.Runtime
+	rt := w.opts.Runtime
 	if err := volume.Check(pod); err != nil {
 		return fmt.Errorf("%w: %v", errConfig, err)
 	}
 	if !rt.Isolated() && !w.setup.warned {
 		w.setup.warned = true
-		a.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user, and gets no service-account token mounted", rt.Name())
+		w.host.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user, and gets no service-account token mounted", rt.Name())
 	}
 	if w.setup.sandbox == nil {
 		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), pod.Name, pod.Spec.HostNetwork)
@@ -55,8 +54,8 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		w.setup.sandbox = sb
 	}
 	if w.setup.ips == nil {
-		if sb := w.setup.sandbox; sb.NetNS != "" && a.opts.Network != nil {
-			ips, err := a.opts.Network.Setup(ctx, pod, sb.ID, sb.NetNS)
+		if sb := w.setup.sandbox; sb.NetNS != "" && w.opts.Network != nil {
+			ips, err := w.opts.Network.Setup(ctx, pod, sb.ID, sb.NetNS)
 			if err != nil {
 				return fmt.Errorf("setting up the pod network: %w", err)
 			}
@@ -64,7 +63,7 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 				w.setup.ips = append(w.setup.ips, ip.String())
 			}
 		} else {
-			w.setup.ips = []string{a.opts.NodeIP}
+			w.setup.ips = []string{w.opts.NodeIP}
 		}
 	}
 	if rt.Isolated() && w.setup.hostFiles == nil {
@@ -75,7 +74,7 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		w.setup.hostFiles = files
 	}
 	if w.setup.volumes == nil {
-		w.setup.volumes = volume.New(pod, filepath.Join(w.podDir(pod), "volumes"), volume.ClientSource{Client: a.client}, a.allocatable())
+		w.setup.volumes = volume.New(pod, filepath.Join(w.podDir(pod), "volumes"), w.host.volumeSource(), w.host.allocatable())
 	}
 	refresh := now.Sub(w.setup.volumesAt) >= volumeRefresh
 	if err := w.setup.volumes.Setup(ctx, now, refresh); err != nil {
@@ -90,19 +89,18 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 // teardownPod releases the pod's addresses and sandbox, and removes its
 // directory: what the kubelet does once a pod is gone.
 func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
-	a := w.a
 	if sb := w.setup.sandbox; sb != nil {
-		if sb.NetNS != "" && a.opts.Network != nil {
-			if err := a.opts.Network.Teardown(ctx, pod, sb.ID, sb.NetNS); err != nil {
-				a.event(pod, corev1.EventTypeWarning, "FailedKillPod", "Releasing the pod network: %v", err)
+		if sb.NetNS != "" && w.opts.Network != nil {
+			if err := w.opts.Network.Teardown(ctx, pod, sb.ID, sb.NetNS); err != nil {
+				w.host.event(pod, corev1.EventTypeWarning, "FailedKillPod", "Releasing the pod network: %v", err)
 			}
 		}
-		if err := a.opts.Runtime.RemoveSandbox(sb); err != nil {
+		if err := w.opts.Runtime.RemoveSandbox(sb); err != nil {
 			klog.ErrorS(err, "Removing the pod sandbox", "pod", klog.KObj(pod))
 		}
 	}
 	w.setup = podSetup{}
-	w.a.local.Forget(pod.UID)
+	w.host.forgetLocal(pod.UID)
 	if err := os.RemoveAll(w.podDir(pod)); err != nil {
 		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))
 	}
@@ -150,7 +148,7 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 // containerConfig returns run number run of container c as the runtime
 // runs it, or an error (errConfig for one this node cannot run).
 func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*runtime.ContainerConfig, error) {
-	rt := w.a.opts.Runtime
+	rt := w.opts.Runtime
 	spec := &c.spec
 	if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
 		return nil, err
@@ -159,7 +157,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*
 	dir := cfg.Dir
 	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, pod.Name, env, spec.WorkingDir
 	cfg.Argv = append(append([]string{}, spec.Command...), spec.Args...)
-	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.a.opts.StopPodsOnExit
+	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.opts.StopPodsOnExit
 	if !rt.Isolated() {
 		return cfg, nil
 	}

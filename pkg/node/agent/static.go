@@ -75,7 +75,11 @@ func (a *Agent) runStaticPods(ctx context.Context) {
 
 // staticKey is the worker key of a static pod: its full name, so that one
 // pod name has one worker whichever file defines it.
-func staticKey(pod *corev1.Pod) string { return "static/" + pod.Namespace + "/" + pod.Name }
+func staticKey(pod *corev1.Pod) string { return staticKeyPrefix + podKey(pod) }
+
+// staticKeyPrefix sets the workers of static pods apart from those of API
+// pods of the same namespace/name.
+const staticKeyPrefix = "static/"
 
 // syncStaticPods runs the static pods the manifest directory asks for and
 // returns which file defines each (owners, for the next turn), and whether
@@ -119,7 +123,7 @@ func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, ow
 			if old := retired[key]; old != nil {
 				after = old.finished
 			}
-			a.startWorkerAfter(ctx, key, newWorker(a, p, true), after)
+			a.startWorkerAfter(ctx, key, newWorker(a, a.opts, p, true), after)
 		}
 	}
 	a.mu.Unlock()
@@ -152,7 +156,7 @@ func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) 
 	done := true
 	byName := map[string]*corev1.Pod{}
 	for _, p := range wanted {
-		byName[p.Namespace+"/"+p.Name] = p
+		byName[podKey(p)] = p
 	}
 	nodeName, nodeUID := a.nodeRef()
 	for _, obj := range a.podLister.List() {
@@ -161,7 +165,7 @@ func (a *Agent) syncMirrors(ctx context.Context, wanted map[string]*corev1.Pod) 
 		if !isMirror {
 			continue
 		}
-		if p, ok := byName[m.Namespace+"/"+m.Name]; ok && string(p.UID) == hash && m.DeletionTimestamp == nil {
+		if p, ok := byName[podKey(m)]; ok && string(p.UID) == hash && m.DeletionTimestamp == nil {
 			continue
 		}
 		// Grace 0, as the kubelet does: a mirror pod has no containers of its
@@ -201,7 +205,7 @@ func (a *Agent) mirrorFor(p *corev1.Pod) *corev1.Pod {
 	if a.mirrors == nil {
 		return nil
 	}
-	obj, ok, _ := a.mirrors.GetByKey(p.Namespace + "/" + p.Name)
+	obj, ok, _ := a.mirrors.GetByKey(podKey(p))
 	if !ok {
 		return nil
 	}

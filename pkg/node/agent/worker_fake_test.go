@@ -3,16 +3,21 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/volume"
 )
 
 // fakeRuntime is a runtime whose runs end when the test says so: the
@@ -29,12 +34,14 @@ type fakeRun struct {
 	*runtime.Ending
 	id      string
 	started time.Time
+	// stopMessage is the runtime's message on the end of a stopped run.
+	stopMessage string
 }
 
 func (r *fakeRun) ID() string           { return "fake://" + r.id }
 func (r *fakeRun) StartedAt() time.Time { return r.started }
 func (r *fakeRun) Stop(time.Duration) {
-	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
+	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", Message: r.stopMessage, StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
 }
 func (r *fakeRun) Command(argv, env []string, dir string, tty bool) *exec.Cmd {
 	return exec.Command("true")
@@ -87,8 +94,58 @@ func fakePod(policy corev1.RestartPolicy) *corev1.Pod {
 		Spec: corev1.PodSpec{RestartPolicy: policy, Containers: []corev1.Container{{Name: "c", Command: []string{"server"}}}}}
 }
 
-func newFakeAgent(t *testing.T, rt *fakeRuntime, dir string) *Agent {
-	return &Agent{opts: Options{NodeIP: "127.0.0.1", RootDir: dir, Runtime: rt}, local: localstatus.NewStore()}
+// fakeHost is the node agent as a worker sees it, without an API server:
+// events are kept, status writes and deletions recorded, and the local
+// record is a real store.
+type fakeHost struct {
+	mu      sync.Mutex
+	local   *localstatus.Store
+	events  []string // reason: message
+	patches int
+	removed int
+}
+
+func newFakeHost() *fakeHost { return &fakeHost{local: localstatus.NewStore()} }
+
+func (h *fakeHost) event(_ *corev1.Pod, _, reason, format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, reason+": "+fmt.Sprintf(format, args...))
+}
+func (h *fakeHost) apiPod(pod *corev1.Pod) *corev1.Pod { return pod }
+func (h *fakeHost) patchStatus(context.Context, *corev1.Pod, corev1.PodStatus, bool) ([]byte, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.patches++
+	return nil, false, nil
+}
+func (h *fakeHost) removePod(context.Context, *corev1.Pod) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.removed++
+	return nil
+}
+func (h *fakeHost) volumeSource() volume.Source                     { return nil }
+func (h *fakeHost) allocatable() corev1.ResourceList                { return corev1.ResourceList{} }
+func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error { return h.local.Put(dir, rec) }
+func (h *fakeHost) forgetLocal(uid types.UID)                       { h.local.Forget(uid) }
+
+// reasons returns the reasons of the events recorded so far, in order.
+func (h *fakeHost) reasons() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var r []string
+	for _, e := range h.events {
+		r = append(r, strings.SplitN(e, ":", 2)[0])
+	}
+	return r
+}
+
+// newFakeWorker is a worker of pod on h and rt, its status writes dropped.
+func newFakeWorker(h *fakeHost, rt runtime.Runtime, dir string, pod *corev1.Pod, static bool) *worker {
+	w := newWorker(h, Options{NodeIP: "127.0.0.1", RootDir: dir, Runtime: rt}, pod, static)
+	w.write = func(context.Context, *corev1.Pod) {}
+	return w
 }
 
 func statusOf(w *worker, pod *corev1.Pod) corev1.ContainerStatus {
@@ -102,8 +159,8 @@ func TestWorkerCrashLoop(t *testing.T) {
 	dir := t.TempDir()
 	rt := &fakeRuntime{}
 	pod := fakePod(corev1.RestartPolicyAlways)
-	w := newWorker(newFakeAgent(t, rt, dir), pod, true)
-	w.write = func(context.Context, *corev1.Pod) {}
+	h := newFakeHost()
+	w := newFakeWorker(h, rt, dir, pod, true)
 	ctx := context.Background()
 	now := time.Now()
 
@@ -135,6 +192,10 @@ func TestWorkerCrashLoop(t *testing.T) {
 		t.Fatalf("%d runs after the backoff, want 3", len(rt.runs))
 	}
 
+	if got, want := h.reasons(), []string{"NotIsolated", "Started", "Started", "BackOff", "Started"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+
 	rec, err := localstatus.Read(w.podDir(pod))
 	if err != nil || rec == nil {
 		t.Fatalf("local record: %v, %v", rec, err)
@@ -143,18 +204,21 @@ func TestWorkerCrashLoop(t *testing.T) {
 		t.Errorf("local record = attempts %v, restarts %d, annotations %v, static %v; want 3, 2, revision 3, static",
 			rec.StartAttempts, rec.Status.ContainerStatuses[0].RestartCount, rec.Annotations, rec.Static)
 	}
-	if got := localstatus.PodList(w.a.local.List()); len(got.Items) != 1 || got.Items[0].Status.ContainerStatuses[0].RestartCount != 2 {
+	if got := localstatus.PodList(h.local.List()); len(got.Items) != 1 || got.Items[0].Status.ContainerStatuses[0].RestartCount != 2 {
 		t.Errorf("served /pods = %+v, want the pod with 2 restarts", got.Items)
 	}
 
 	// A new agent (no API status: a static pod with the API server down)
 	// adopts the running container and continues the counts.
 	rt2 := &fakeRuntime{left: map[string]*fakeRun{"uid-1_c": rt.last()}}
-	w2 := newWorker(newFakeAgent(t, rt2, dir), pod, true)
-	w2.write = func(context.Context, *corev1.Pod) {}
+	h2 := newFakeHost()
+	w2 := newFakeWorker(h2, rt2, dir, pod, true)
 	w2.sync(ctx, pod, now.Add(12*time.Second))
 	if s := statusOf(w2, pod); s.State.Running == nil || s.RestartCount != 2 || len(rt2.runs) != 0 {
 		t.Fatalf("after an agent restart: %+v, %d new runs; want the adopted run, 2 restarts, no new run", s, len(rt2.runs))
+	}
+	if got, want := h2.reasons(), []string{"NotIsolated", "Adopted"}; !slices.Equal(got, want) {
+		t.Errorf("events after an agent restart %q, want %q", got, want)
 	}
 	if w2.containers[0].startAttempts != 3 {
 		t.Errorf("start attempts after an agent restart = %d, want 3", w2.containers[0].startAttempts)
@@ -166,8 +230,7 @@ func TestWorkerCrashLoop(t *testing.T) {
 func TestWorkerStartFailure(t *testing.T) {
 	rt := &fakeRuntime{failing: errors.New(`exec: "server": executable file not found`)}
 	pod := fakePod(corev1.RestartPolicyAlways)
-	w := newWorker(newFakeAgent(t, rt, t.TempDir()), pod, false)
-	w.write = func(context.Context, *corev1.Pod) {}
+	w := newFakeWorker(newFakeHost(), rt, t.TempDir(), pod, false)
 	now := time.Now()
 	w.sync(context.Background(), pod, now)
 	s := statusOf(w, pod)
@@ -194,8 +257,7 @@ func TestWorkerFinishedForGoodSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	rt := &fakeRuntime{}
 	pod := fakePod(corev1.RestartPolicyNever)
-	w := newWorker(newFakeAgent(t, rt, dir), pod, true)
-	w.write = func(context.Context, *corev1.Pod) {}
+	w := newFakeWorker(newFakeHost(), rt, dir, pod, true)
 	now := time.Now()
 	w.sync(context.Background(), pod, now)
 	rt.exit(t, 0)
@@ -204,8 +266,7 @@ func TestWorkerFinishedForGoodSurvivesRestart(t *testing.T) {
 		t.Fatalf("state = %+v, want terminated Completed", s.State)
 	}
 	rt2 := &fakeRuntime{}
-	w2 := newWorker(newFakeAgent(t, rt2, dir), pod, true)
-	w2.write = func(context.Context, *corev1.Pod) {}
+	w2 := newFakeWorker(newFakeHost(), rt2, dir, pod, true)
 	w2.sync(context.Background(), pod, now.Add(time.Minute))
 	if len(rt2.runs) != 0 {
 		t.Fatalf("a new agent ran a finished RestartPolicy Never container again")
@@ -223,12 +284,33 @@ func TestContainerState(t *testing.T) {
 		want containerState
 	}{
 		{"never started", container{}, stateWaiting},
-		{"waiting to restart after a crash", container{waiting: &corev1.ContainerStateWaiting{Reason: ReasonCrashLoopBackOff}, last: &corev1.ContainerStateTerminated{ExitCode: 1}}, stateWaiting},
-		{"a run under way", container{run: run}, stateRunning},
-		{"ended for good", container{done: &corev1.ContainerStateTerminated{}}, stateTerminated},
+		{"waiting to restart after a crash", container{lifecycle: lifecycle{phase: phaseBackingOff, waiting: &corev1.ContainerStateWaiting{Reason: ReasonCrashLoopBackOff}, last: &corev1.ContainerStateTerminated{ExitCode: 1}}}, stateWaiting},
+		{"a run under way", container{lifecycle: lifecycle{phase: phaseRunning}, run: run}, stateRunning},
+		{"ended for good", container{lifecycle: lifecycle{phase: phaseTerminated, done: &corev1.ContainerStateTerminated{}}}, stateTerminated},
+		{"ended for good, as a previous agent reported", container{lifecycle: lifecycle{done: &corev1.ContainerStateTerminated{}}}, stateTerminated},
+		{"being killed after a failed liveness probe", container{lifecycle: lifecycle{phase: phaseKilling}, run: run}, stateRunning},
 	} {
 		if got := tt.c.state(); got != tt.want {
 			t.Errorf("%s: state %d, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestStoppedRunKeepsItsMessage: a run stopped with its pod shows how it
+// ended with the same message as a run that exited by itself.
+func TestStoppedRunKeepsItsMessage(t *testing.T) {
+	rt := &fakeRuntime{}
+	pod := fakePod(corev1.RestartPolicyAlways)
+	w := newFakeWorker(newFakeHost(), rt, t.TempDir(), pod, false)
+	w.sync(context.Background(), pod, time.Now())
+	run := rt.last()
+	if run == nil {
+		t.Fatal("the container did not start")
+	}
+	run.stopMessage = "stopped by the runtime"
+	w.stopAll(pod, time.Second)
+	s := statusOf(w, pod)
+	if s.State.Terminated == nil || s.State.Terminated.ExitCode != 143 || s.State.Terminated.Message != "stopped by the runtime" {
+		t.Fatalf("after the stop: %+v, want terminated 143 with the runtime's message", s.State)
 	}
 }

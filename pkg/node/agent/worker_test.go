@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -95,16 +94,19 @@ func TestRemoveUntilGone(t *testing.T) {
 }
 
 func TestStatusDetails(t *testing.T) {
-	w := &worker{a: &Agent{opts: Options{NodeIP: "127.0.0.1"}}}
+	w := &worker{opts: Options{NodeIP: "127.0.0.1"}}
 	done := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}
 	failed := &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
-	if s := w.containerStatus(&container{init: true, done: done}); !s.Ready {
+	terminated := func(init bool, term *corev1.ContainerStateTerminated) *container {
+		return &container{lifecycle: lifecycle{phase: phaseTerminated, init: init, done: term}}
+	}
+	if s := w.containerStatus(terminated(true, done)); !s.Ready {
 		t.Error("a completed init container is not ready")
 	}
-	if s := w.containerStatus(&container{init: true, done: failed}); s.Ready {
+	if s := w.containerStatus(terminated(true, failed)); s.Ready {
 		t.Error("a failed init container is ready")
 	}
-	if s := w.containerStatus(&container{done: done}); s.Ready {
+	if s := w.containerStatus(terminated(false, done)); s.Ready {
 		t.Error("a finished regular container is ready")
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 7}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
@@ -139,8 +141,8 @@ func TestWorkerUnderProbes(t *testing.T) {
 			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "test ! -f " + kill}}}, PeriodSeconds: 1, FailureThreshold: 1},
 		}},
 	}}
-	a := &Agent{opts: Options{NodeIP: "127.0.0.1", RootDir: dir, StopPodsOnExit: true, Runtime: process.Runtime{}}, local: localstatus.NewStore()}
-	w := newWorker(a, pod, false)
+	h := newFakeHost()
+	w := newWorker(h, Options{NodeIP: "127.0.0.1", RootDir: dir, StopPodsOnExit: true, Runtime: process.Runtime{}}, pod, false)
 	var mu sync.Mutex
 	var statuses []corev1.PodStatus
 	w.write = func(_ context.Context, p *corev1.Pod) {
@@ -206,7 +208,8 @@ func TestStatusWriteEndsWithThePod(t *testing.T) {
 	defer srv.Close()
 	defer close(release) // before Close, which waits for the handlers
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
-	w := newWorker(&Agent{client: kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL}), opts: Options{NodeIP: "127.0.0.1", RootDir: t.TempDir()}}, pod, false)
+	a := &Agent{client: kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL}), opts: Options{NodeIP: "127.0.0.1", RootDir: t.TempDir()}}
+	w := newWorker(a, a.opts, pod, false)
 	done := make(chan struct{})
 	go func() { w.writeStatus(context.Background(), pod); close(done) }()
 	select {

@@ -211,7 +211,7 @@ func Desired(results []Result, owners map[string]string) (pods map[string]*corev
 			refused = append(refused, Refusal{File: r.File, Hash: r.Hash, Err: r.Err})
 			continue
 		}
-		key := r.Pod.Namespace + "/" + r.Pod.Name
+		key := types.NamespacedName{Namespace: r.Pod.Namespace, Name: r.Pod.Name}.String()
 		if _, seen := byName[key]; !seen {
 			names = append(names, key)
 		}

@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
+	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+// terminatedState is how the Pod API shows run id that ended with exit,
+// with message as its termination message.
+func terminatedState(id string, exit runtime.Exit, message string) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{
+		ExitCode: exit.ExitCode, Reason: terminatedReason(exit), Signal: signalNumber(exit),
+		StartedAt: metav1.NewTime(exit.StartedAt), FinishedAt: metav1.NewTime(exit.FinishedAt),
+		Message: message, ContainerID: id,
+	}
+}
+
+// signalNumber is the number of the signal that ended a run, 0 for none.
+func signalNumber(exit runtime.Exit) int32 {
+	if exit.Signal == "" {
+		return 0
+	}
+	return int32(unix.SignalNum(exit.Signal))
+}
+
+// recordLocal keeps the pod's status, as the agent computes it, in the
+// node's own record; conditions keep their transition times from the
+// previous record.
+func (w *worker) recordLocal(pod *corev1.Pod) {
+	base := pod.DeepCopy()
+	base.Status = w.local
+	s := w.status(base)
+	rec := &localstatus.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Static: w.static, Annotations: pod.Annotations,
+		Status: s, StartAttempts: map[string]int32{}}
+	for _, c := range w.containers {
+		rec.StartAttempts[c.spec.Name] = c.startAttempts
+		if c.livenessKills > 0 {
+			if rec.LivenessKills == nil {
+				rec.LivenessKills = map[string]int32{}
+			}
+			rec.LivenessKills[c.spec.Name] = c.livenessKills
+		}
+	}
+	w.publish(pod, s)
+	if err := w.host.putLocal(w.podDir(pod), rec); err != nil {
+		klog.ErrorS(err, "Writing the pod's local record", "pod", klog.KObj(pod))
+		return
+	}
+	w.local = s
+}
+
+// publish makes the pod's containers, as of status s, reachable from the
+// node API's goroutines, which may not touch the worker's own fields.
+func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
+	statuses := map[string]corev1.ContainerStatus{}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...) {
+		statuses[cs.Name] = cs
+	}
+	view := map[string]*kubeletapi.Container{}
+	dir := w.podDir(pod)
+	for _, c := range w.containers {
+		name := c.spec.Name
+		v := &kubeletapi.Container{Status: statuses[name], Run: c.run, Dir: c.spec.WorkingDir,
+			LogPath: func(run int32) string { return runLogPath(dir, name, run) }}
+		if c.runSpec != nil {
+			v.Env = c.runSpec.Env
+		}
+		view[name] = v
+	}
+	netns := ""
+	if sb := w.setup.sandbox; sb != nil {
+		netns = sb.NetNS
+	}
+	w.mu.Lock()
+	w.view, w.netns = view, netns
+	w.mu.Unlock()
+}
+
+// containerStatus reports c as the Pod API shows it.
+func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
+	s := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts}
+	if c.last != nil {
+		s.LastTerminationState.Terminated = c.last
+	}
+	switch c.state() {
+	case stateRunning:
+		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.run.StartedAt())}
+		s.ContainerID = c.run.ID()
+		if !c.init {
+			w.mu.Lock()
+			started := c.spec.StartupProbe == nil || c.startup.Passing()
+			s.Started = &started
+			s.Ready = started && (c.spec.ReadinessProbe == nil || c.readiness.Passing())
+			w.mu.Unlock()
+		}
+	case stateTerminated:
+		s.State.Terminated = c.done
+		s.ContainerID = c.done.ContainerID
+		f := false
+		s.Started = &f
+		// As the kubelet: an init container that completed is ready.
+		s.Ready = c.init && c.done.ExitCode == 0
+	default:
+		s.State.Waiting = c.waiting
+		if s.State.Waiting == nil {
+			reason := ReasonContainerCreating
+			if c.init {
+				reason = ReasonPodInitializing
+			}
+			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+		}
+	}
+	return s
+}
+
+// status computes the pod status the agent owns, on top of old: every
+// condition the agent does not own is kept as it is.
+func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
+	var initStatuses, statuses []corev1.ContainerStatus
+	for _, c := range w.containers {
+		if c.init {
+			initStatuses = append(initStatuses, w.containerStatus(c))
+		} else {
+			statuses = append(statuses, w.containerStatus(c))
+		}
+	}
+	old := pod.Status
+	s := *old.DeepCopy()
+	s.Phase = podstatus.Phase(pod, initStatuses, statuses)
+	s.InitContainerStatuses, s.ContainerStatuses = initStatuses, statuses
+	s.HostIP, s.HostIPs = w.opts.NodeIP, []corev1.HostIP{{IP: w.opts.NodeIP}}
+	if len(w.setup.ips) > 0 {
+		s.PodIP, s.PodIPs = w.setup.ips[0], nil
+		for _, ip := range w.setup.ips {
+			s.PodIPs = append(s.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
+	if s.StartTime == nil {
+		st := w.startTime
+		s.StartTime = &st
+	}
+	owned := []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+		podstatus.Initialized(pod, initStatuses, s.Phase),
+		podstatus.ContainersReady(pod, statuses, s.Phase),
+		podstatus.Ready(pod, old.Conditions, statuses, s.Phase),
+	}
+	for i := range owned {
+		owned[i].ObservedGeneration = pod.Generation
+	}
+	owned = podstatus.WithTransitionTimes(owned, old.Conditions, metav1.Now())
+	conditions := make([]corev1.PodCondition, 0, len(old.Conditions)+len(owned))
+	for _, c := range old.Conditions {
+		if !podstatus.IsOwned(c.Type) {
+			conditions = append(conditions, c)
+		}
+	}
+	s.Conditions = append(owned, conditions...)
+	s.Message, s.Reason = "", ""
+	s.ObservedGeneration = pod.Generation
+	return s
+}
+
+// writeStatus PATCHes the status subresource with what changed: a two-way
+// strategic merge patch between the pod as last seen and that pod with the
+// agent's fields replaced, with a UID precondition (upstream's PatchPodStatus).
+// Conditions written by others are in neither side of the diff's changes, so
+// they are never touched; nothing is sent when nothing changed.
+func (w *worker) writeStatus(ctx context.Context, pod *corev1.Pod) {
+	target := w.host.apiPod(pod)
+	if target == nil {
+		return
+	}
+	s := w.status(target)
+	ctx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
+	defer cancel()
+	if w.writes != nil {
+		defer context.AfterFunc(w.writes, cancel)()
+	}
+	patch, unchanged, err := w.host.patchStatus(ctx, target, s, w.static)
+	if err != nil {
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.ErrorS(err, "Writing pod status", "pod", klog.KObj(target))
+		}
+		return
+	}
+	if !unchanged {
+		klog.V(4).InfoS("Pod status written", "pod", klog.KObj(target), "patch", string(patch))
+		statusWrites.Inc()
+	}
+}
