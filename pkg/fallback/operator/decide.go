@@ -207,3 +207,147 @@ func Prunable(all []int, keep int, st v1alpha1.KubeAPIServerStatus) []int {
 	}
 	return prunable
 }
+
+// CauseKind is why the operator makes a new revision.
+type CauseKind int
+
+// The causes of a new revision. CauseNone is the zero value: a decision
+// for no revision carries it.
+const (
+	CauseNone CauseKind = iota
+	// CauseFirst: no revision in the API yet.
+	CauseFirst
+	// CauseInputsChanged: the hash of the spec, the templates or the named
+	// ConfigMaps and Secrets differs from the latest revision's.
+	CauseInputsChanged
+	// CauseRetry: the latest revision fell back for a retried reason and
+	// its backoff is over; the new revision has the same inputs.
+	CauseRetry
+)
+
+// Cause is why a new revision is made. Its String is the text of the
+// revision's cause annotation and of its Event, which users and tests read.
+type Cause struct {
+	Kind CauseKind
+	// Revision, Reason and Fallbacks are, for CauseRetry, the failed
+	// revision, the startup monitor's reason and the fallback count: the
+	// text names them so that a retry can be told from a new spec.
+	Revision  int32
+	Reason    string
+	Fallbacks int32
+}
+
+// String is the cause's text ("" for CauseNone).
+func (c Cause) String() string {
+	switch c.Kind {
+	case CauseFirst:
+		return "first revision"
+	case CauseInputsChanged:
+		return "the spec or the templates changed"
+	case CauseRetry:
+		return fmt.Sprintf("retry of revision %d, which failed with %s (fallback %d)", c.Revision, c.Reason, c.Fallbacks)
+	}
+	return ""
+}
+
+// EventReason is the reason of the Event announcing the revision, and the
+// reason label of the revisions metric: retries are counted apart from
+// revisions the user asked for.
+func (c Cause) EventReason() string {
+	switch c.Kind {
+	case CauseNone:
+		return ""
+	case CauseRetry:
+		return "RevisionRetry"
+	}
+	return "RevisionCreated"
+}
+
+// RevisionState is what NextRevision decides on, as Sync observed it.
+type RevisionState struct {
+	// Latest is the newest revision in the API (0 for none), LatestHash its
+	// input hash.
+	Latest     int32
+	LatestHash string
+	// InputHash is the hash of the inputs now. InputErr names what is
+	// missing from them: incomplete inputs make no revision, not even a
+	// retry, until they are whole.
+	InputHash string
+	InputErr  error
+	// Nodes are the node statuses, with the fallbacks seen in this sync.
+	Nodes []v1alpha1.NodeStatus
+}
+
+// RevisionDecision is what NextRevision decides.
+type RevisionDecision struct {
+	// Cause is why revision Revision (Latest+1) is made; with CauseNone,
+	// Revision is 0 and none is made.
+	Cause    Cause
+	Revision int32
+	// RetryIn is how long until a retry of the failed latest revision is
+	// due, when it is not yet (0 otherwise): nothing else may wake Sync then.
+	RetryIn time.Duration
+}
+
+// New tells whether a new revision is made.
+func (d RevisionDecision) New() bool { return d.Cause.Kind != CauseNone }
+
+// NextRevision decides whether a new revision is made, and why: when the
+// inputs changed, or when the latest revision failed for a retried reason
+// and its backoff is over at now. A change of the inputs wins over a retry:
+// it is a revision with the new inputs, which the user asked for.
+func NextRevision(s RevisionState, p RetryPolicy, now time.Time) RevisionDecision {
+	if s.InputErr != nil {
+		return RevisionDecision{}
+	}
+	newRevision := func(c Cause) RevisionDecision { return RevisionDecision{Cause: c, Revision: s.Latest + 1} }
+	if s.InputHash != s.LatestHash {
+		if s.Latest == 0 {
+			return newRevision(Cause{Kind: CauseFirst})
+		}
+		return newRevision(Cause{Kind: CauseInputsChanged})
+	}
+	ns, failed := Failed(s.Nodes, s.Latest)
+	if !failed {
+		return RevisionDecision{}
+	}
+	at, retried := p.RetryAt(ns)
+	if !retried {
+		return RevisionDecision{}
+	}
+	if wait := at.Sub(now); wait > 0 {
+		return RevisionDecision{RetryIn: wait}
+	}
+	return newRevision(Cause{Kind: CauseRetry, Revision: s.Latest, Reason: ns.LastFailedReason, Fallbacks: ns.LastFallbackCount})
+}
+
+// conditions are the status's conditions (Conditions), with Degraded set by
+// incomplete inputs: no revision is made until they are whole, and that
+// outranks a fallback the user may already have seen.
+func conditions(st v1alpha1.KubeAPIServerStatus, p RetryPolicy, generation int64, inputErr error) []metav1.Condition {
+	cs := Conditions(st, p, generation)
+	for i, c := range cs {
+		if c.Type == v1alpha1.ConditionDegraded && inputErr != nil {
+			cs[i].Status, cs[i].Reason, cs[i].Message = metav1.ConditionTrue, "InvalidInput", inputErr.Error()
+		}
+	}
+	return cs
+}
+
+// requeueAfter is when Sync looks again without an event: when a retry is
+// due, and, while a rollout is in flight, within inFlightPoll.
+func requeueAfter(retryIn time.Duration, nodes []v1alpha1.NodeStatus) time.Duration {
+	if inFlight(nodes) && (retryIn == 0 || retryIn > inFlightPoll) {
+		return inFlightPoll
+	}
+	return retryIn
+}
+
+// inFlightPoll is how often a rollout in flight is looked at without an
+// event (the informers' events lag after an API server restart).
+const inFlightPoll = 2 * time.Second
+
+// inFlight tells whether a node is installing or starting a revision.
+func inFlight(nodes []v1alpha1.NodeStatus) bool {
+	return slices.ContainsFunc(nodes, func(ns v1alpha1.NodeStatus) bool { return ns.TargetRevision != 0 })
+}

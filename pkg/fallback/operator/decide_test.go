@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -203,6 +204,115 @@ func TestInputsHash(t *testing.T) {
 	} {
 		if in.Hash() == base.Hash() {
 			t.Errorf("a changed %s hashes the same", name)
+		}
+	}
+}
+
+func TestNextRevision(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	p := RetryPolicy{Base: 10 * time.Minute, Max: 6 * time.Hour}
+	failed := func(revision int32, reason string, at *metav1.Time) []v1alpha1.NodeStatus {
+		return []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 2, LastFailedRevision: revision, LastFailedReason: reason, LastFailedTime: at, LastFallbackCount: 1}}
+	}
+	retry := Cause{Kind: CauseRetry, Revision: 3, Reason: "NotReady", Fallbacks: 1}
+	missing := errors.New("spec.secrets: Secret steadyplane-system/s: not found")
+	cases := []struct {
+		name string
+		s    RevisionState
+		now  time.Time
+		want RevisionDecision
+	}{
+		{"no revision yet: the first", RevisionState{InputHash: "h"}, t0.Time, RevisionDecision{Cause: Cause{Kind: CauseFirst}, Revision: 1}},
+		{"the inputs changed", RevisionState{Latest: 3, LatestHash: "old", InputHash: "new", Nodes: failed(0, "", nil)}, t0.Time,
+			RevisionDecision{Cause: Cause{Kind: CauseInputsChanged}, Revision: 4}},
+		{"a change wins over a due retry", RevisionState{Latest: 3, LatestHash: "old", InputHash: "new", Nodes: failed(3, "NotReady", &t0)}, t0.Add(time.Hour),
+			RevisionDecision{Cause: Cause{Kind: CauseInputsChanged}, Revision: 4}},
+		{"a retry due now", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0)}, t0.Add(10 * time.Minute),
+			RevisionDecision{Cause: retry, Revision: 4}},
+		{"a retry overdue", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0)}, t0.Add(time.Hour),
+			RevisionDecision{Cause: retry, Revision: 4}},
+		{"a retry due later: look again then", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0)}, t0.Add(time.Minute),
+			RevisionDecision{RetryIn: 9 * time.Minute}},
+		{"a crash loop is not retried", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "CrashLooping", &t0)}, t0.Add(time.Hour),
+			RevisionDecision{}},
+		{"a failure without a time is not retried", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", nil)}, t0.Add(time.Hour),
+			RevisionDecision{}},
+		{"an older revision's failure is not retried", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(2, "NotReady", &t0)}, t0.Add(time.Hour),
+			RevisionDecision{}},
+		{"nothing changed, nothing failed", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(0, "", nil)}, t0.Time, RevisionDecision{}},
+		{"no nodes yet", RevisionState{Latest: 1, LatestHash: "h", InputHash: "h"}, t0.Time, RevisionDecision{}},
+		{"incomplete inputs: no first revision", RevisionState{InputHash: "h", InputErr: missing}, t0.Time, RevisionDecision{}},
+		{"incomplete inputs: no change", RevisionState{Latest: 3, LatestHash: "old", InputHash: "new", InputErr: missing}, t0.Time, RevisionDecision{}},
+		{"incomplete inputs: no retry, and none waited for", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", InputErr: missing, Nodes: failed(3, "NotReady", &t0)},
+			t0.Add(time.Minute), RevisionDecision{}},
+	}
+	for _, c := range cases {
+		got := NextRevision(c.s, p, c.now)
+		if got != c.want {
+			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
+		}
+		if got.New() != (c.want.Cause.Kind != CauseNone) {
+			t.Errorf("%s: New() %v", c.name, got.New())
+		}
+	}
+}
+
+// The texts are read by users (the cause annotation, Events) and by the
+// end-to-end tests (the Event reasons): they do not change.
+func TestCause(t *testing.T) {
+	cases := []struct {
+		c            Cause
+		text, reason string
+	}{
+		{Cause{}, "", ""},
+		{Cause{Kind: CauseFirst}, "first revision", "RevisionCreated"},
+		{Cause{Kind: CauseInputsChanged}, "the spec or the templates changed", "RevisionCreated"},
+		{Cause{Kind: CauseRetry, Revision: 3, Reason: "EtcdUnhealthy", Fallbacks: 2}, "retry of revision 3, which failed with EtcdUnhealthy (fallback 2)", "RevisionRetry"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprintf("%s", c.c); got != c.text {
+			t.Errorf("%+v: text %q, want %q", c.c, got, c.text)
+		}
+		if got := c.c.EventReason(); got != c.reason {
+			t.Errorf("%+v: reason %q, want %q", c.c, got, c.reason)
+		}
+	}
+}
+
+func TestRequeueAfter(t *testing.T) {
+	idle := []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 2}}
+	installing := []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 2, TargetRevision: 3}}
+	cases := []struct {
+		name    string
+		retryIn time.Duration
+		nodes   []v1alpha1.NodeStatus
+		want    time.Duration
+	}{
+		{"nothing to wait for", 0, idle, 0},
+		{"a retry later", time.Minute, idle, time.Minute},
+		{"in flight: poll", 0, installing, inFlightPoll},
+		{"in flight: poll before a later retry", time.Minute, installing, inFlightPoll},
+		{"in flight: a retry sooner than the poll", time.Second, installing, time.Second},
+	}
+	for _, c := range cases {
+		if got := requeueAfter(c.retryIn, c.nodes); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestConditionsInvalidInput(t *testing.T) {
+	st := v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 1, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1}}}
+	for _, inputErr := range []error{nil, errors.New("spec.configMaps: ConfigMap steadyplane-system/c: not found")} {
+		cs := conditions(st, RetryPolicy{}, 1, inputErr)
+		if want := Conditions(st, RetryPolicy{}, 1); inputErr == nil && fmt.Sprint(cs) != fmt.Sprint(want) {
+			t.Errorf("valid inputs: %+v, want %+v", cs, want)
+		}
+		for _, c := range cs {
+			if c.Type == v1alpha1.ConditionDegraded && inputErr != nil &&
+				(c.Status != metav1.ConditionTrue || c.Reason != "InvalidInput" || c.Message != inputErr.Error()) {
+				t.Errorf("invalid inputs: %+v", c)
+			}
 		}
 	}
 }

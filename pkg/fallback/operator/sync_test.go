@@ -1,0 +1,180 @@
+package operator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+)
+
+// syncFixture is one Sync against fake API servers: the informers' caches
+// hold what the clients hold when Sync starts.
+type syncFixture struct {
+	o      *Operator
+	events *record.FakeRecorder
+	client *kubefake.Clientset
+}
+
+var syncTemplates = map[string]string{
+	OperandKey:   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n  namespace: kube-system\nspec:\n  containers:\n  - name: kube-apiserver\n    image: a\n",
+	MonitorKey:   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver-startup-monitor\n  namespace: kube-system\nspec:\n  containers:\n  - name: monitor\n    image: a\n",
+	InstallerKey: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: installer\n  namespace: steadyplane-system\nspec:\n  containers:\n  - name: installer\n    image: a\n",
+}
+
+func newSyncFixture(t *testing.T, now time.Time, obj *v1alpha1.KubeAPIServer, objs ...runtime.Object) syncFixture {
+	t.Helper()
+	obj.Name = v1alpha1.Name
+	u, err := v1alpha1.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: v1alpha1.Kind + "List"}, u)
+	objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: TemplatesConfigMap, Namespace: v1alpha1.Namespace}, Data: syncTemplates})
+	client := kubefake.NewClientset(objs...)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := record.NewFakeRecorder(100)
+	return syncFixture{client: client, events: events, o: &Operator{
+		Client: client, API: v1alpha1.Client{Dynamic: dyn}, Recorder: events, Clock: clocktesting.NewFakeClock(now),
+		Retry: RetryPolicy{Base: 10 * time.Minute, Max: 6 * time.Hour}, Topology: TopologyAuto, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		apiPods: corelisters.NewPodLister(idx).Pods(metav1.NamespaceSystem), installers: corelisters.NewPodLister(idx).Pods(v1alpha1.Namespace),
+		cmLister: corelisters.NewConfigMapLister(idx).ConfigMaps(v1alpha1.Namespace), secretLister: corelisters.NewSecretLister(idx).Secrets(v1alpha1.Namespace),
+	}}
+}
+
+// sync runs Sync once and returns its requeue, the Events and the status written.
+func (f syncFixture) sync(t *testing.T) (time.Duration, []string, v1alpha1.KubeAPIServerStatus) {
+	t.Helper()
+	next, err := f.o.Sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []string
+	for len(f.events.Events) > 0 {
+		evs = append(evs, <-f.events.Events)
+	}
+	obj, err := f.o.API.Get(context.Background(), v1alpha1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next, evs, obj.Status
+}
+
+func (f syncFixture) cause(t *testing.T, n int32) string {
+	t.Helper()
+	cm, err := f.client.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(context.Background(), RevisionName(Operand, n), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Annotations[CauseAnnotation]
+}
+
+// existingRevision is revision n in the API, made from the fixture's
+// templates and an empty spec.
+func existingRevision(t *testing.T, n int32) *corev1.ConfigMap {
+	t.Helper()
+	tmpl, err := ParseTemplates(syncTemplates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Inputs{Templates: syncTemplates, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
+	cm, err := RevisionConfigMap(tmpl, in, n, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+func mirrorPod(node string, revision, fallbackFor int32, ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	ann := map[string]string{staticpod.MirrorAnnotation: "x", fallback.RevisionAnnotation: itoa(revision)}
+	if fallbackFor != 0 {
+		ann[fallback.FallbackForRevisionAnnotation] = itoa(fallbackFor)
+		ann[fallback.FallbackReasonAnnotation] = "NotReady"
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-" + node, Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": Operand}, Annotations: ann},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+func TestSync(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC))
+	failedAt3 := v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 3, NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 2,
+		LastFailedRevision: 3, LastFailedReason: "NotReady", LastFailedTime: &t0, LastFallbackCount: 1}}}
+	cases := []struct {
+		name     string
+		now      time.Time
+		obj      v1alpha1.KubeAPIServer
+		objs     []runtime.Object
+		next     time.Duration
+		events   []string
+		latest   int32
+		cause    string
+		degraded string
+	}{
+		{"first revision", t0.Time, v1alpha1.KubeAPIServer{}, nil, 0,
+			[]string{"Normal RevisionCreated revision 1: first revision"}, 1, "first revision", "AsExpected"},
+		{"the spec changed: a revision, installed", t0.Time, v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}},
+			[]runtime.Object{existingRevision(t, 1), mirrorPod("n", 1, 0, true)}, inFlightPoll,
+			[]string{"Normal RevisionCreated revision 2: the spec or the templates changed", "Normal InstallerStarted node n: installing revision 2 (from 1; startup monitor true)"},
+			2, "the spec or the templates changed", "AsExpected"},
+		{"a retry due", t0.Add(time.Hour), v1alpha1.KubeAPIServer{Status: failedAt3}, []runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, inFlightPoll,
+			[]string{"Normal RevisionRetry revision 4: retry of revision 3, which failed with NotReady (fallback 1)", "Normal InstallerStarted node n: installing revision 4 (from 2; startup monitor true)"},
+			4, "retry of revision 3, which failed with NotReady (fallback 1)", "NotReady"},
+		{"a retry due later", t0.Add(time.Minute), v1alpha1.KubeAPIServer{Status: failedAt3}, []runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, 9 * time.Minute,
+			nil, 3, "", "NotReady"},
+		{"a missing secret: nothing made, degraded", t0.Add(time.Hour), v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{Secrets: []string{"s"}}, Status: failedAt3},
+			[]runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, 0, nil, 3, "", "InvalidInput"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newSyncFixture(t, c.now, &c.obj, c.objs...)
+			next, evs, st := f.sync(t)
+			if next != c.next {
+				t.Errorf("next %v, want %v", next, c.next)
+			}
+			if !slices.Equal(evs, c.events) {
+				t.Errorf("events\n got %q\nwant %q", evs, c.events)
+			}
+			if st.LatestAvailableRevision != c.latest {
+				t.Errorf("latest %d, want %d", st.LatestAvailableRevision, c.latest)
+			}
+			if c.cause != "" {
+				if got := f.cause(t, c.latest); got != c.cause {
+					t.Errorf("cause %q, want %q", got, c.cause)
+				}
+			}
+			if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Reason != c.degraded {
+				t.Errorf("Degraded %+v, want reason %s", d, c.degraded)
+			}
+		})
+	}
+}
