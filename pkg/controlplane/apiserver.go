@@ -102,7 +102,9 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 }
 
 // StartAPIServer starts the API server without waiting for it.
-func (cp *ControlPlane) StartAPIServer() error { return cp.APIServer.Start() }
+func (cp *ControlPlane) StartAPIServer() error {
+	return cp.launcher.Start(context.Background(), apiserverComponent)
+}
 
 // WaitAPIServerReady waits until the API server's /readyz answers 200,
 // printing which checks are still pending every few seconds.
@@ -111,7 +113,7 @@ func (cp *ControlPlane) WaitAPIServerReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return WaitReadyz(ctx, cfg, cp.runs(cp.APIServer), cp.opts.ReadyTimeout, cp.progressf)
+	return WaitReadyz(ctx, cfg, cp.launcher.Runner(apiserverComponent), cp.opts.ReadyTimeout, cp.progressf)
 }
 
 // WaitReadyz waits until the API server cfg points at answers /readyz with

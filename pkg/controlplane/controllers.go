@@ -124,25 +124,19 @@ func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string)
 	return path, clientconfig.WriteKubeconfig(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
 }
 
-// StartControllers starts the controller manager and the scheduler (unless
-// the node agent runs them as static pods) and waits until each leads,
-// reporting both.
+// StartControllers starts the controller manager and the scheduler and
+// waits until each leads, reporting both.
 func (cp *ControlPlane) StartControllers(ctx context.Context) error {
-	for _, c := range []struct {
-		p    *Process
-		wait func(context.Context) error
-	}{{cp.ControllerManager, cp.WaitControllerManagerReady}, {cp.Scheduler, cp.WaitSchedulerReady}} {
-		start := time.Now()
-		if !cp.staticPods {
-			cp.progressf("starting %s (log: %s)", c.p.Name, c.p.LogPath)
-			if err := c.p.Start(); err != nil {
-				return err
-			}
-		}
-		if err := c.wait(ctx); err != nil {
+	start := time.Now()
+	names := []string{controllerManagerComponent, schedulerComponent}
+	if err := cp.launcher.Start(ctx, names...); err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := cp.waitReady(ctx, name); err != nil {
 			return err
 		}
-		cp.progressf("%s leader in %.1fs", c.p.Name, time.Since(start).Seconds())
+		cp.reportReady(name, time.Since(start))
 	}
 	return nil
 }
@@ -151,14 +145,14 @@ func (cp *ControlPlane) StartControllers(ctx context.Context) error {
 // leader lease and has made the default namespace's service account (pods
 // are refused until it exists).
 func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
-	if err := cp.waitLeader(ctx, cp.ControllerManager, "kube-controller-manager"); err != nil {
+	if err := cp.waitLeader(ctx, controllerManagerComponent); err != nil {
 		return err
 	}
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.runs(cp.ControllerManager), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.launcher.Runner(controllerManagerComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return false, err.Error()
 		}
@@ -168,18 +162,18 @@ func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
 
 // WaitSchedulerReady waits until the scheduler holds its leader lease.
 func (cp *ControlPlane) WaitSchedulerReady(ctx context.Context) error {
-	return cp.waitLeader(ctx, cp.Scheduler, "kube-scheduler")
+	return cp.waitLeader(ctx, schedulerComponent)
 }
 
-// waitLeader waits until lease kube-system/name is held and renewed after
-// the wait began: a leader that was killed stops renewing, so after a restart
-// this waits for the new process to take over.
-func (cp *ControlPlane) waitLeader(ctx context.Context, p *Process, name string) error {
+// waitLeader waits until the component's lease kube-system/name is held
+// and renewed after the wait began: a leader that was killed stops
+// renewing, so after a restart this waits for the new process to take over.
+func (cp *ControlPlane) waitLeader(ctx context.Context, name string) error {
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
-	p = cp.runs(p)
+	p := cp.launcher.Runner(name)
 	started := time.Now()
 	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		l, err := client.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, name, metav1.GetOptions{})

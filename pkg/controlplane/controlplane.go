@@ -39,6 +39,9 @@ type ControlPlane struct {
 	// static pods on the node agent.
 	nodeRuntime string
 	staticPods  bool
+	// launcher runs the components: child processes unless Run chooses
+	// static pods.
+	launcher Launcher
 	// bin is the binary the static pods run.
 	bin string
 }
@@ -66,6 +69,7 @@ func Prepare(o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp := &ControlPlane{opts: o, dataDir: dataDir, lock: lock}
+	cp.launcher = processLauncher{cp: cp}
 	if cp.opts.Binary == "" {
 		if cp.opts.Binary, err = os.Executable(); err != nil {
 			cp.Close()
@@ -138,15 +142,6 @@ func (cp *ControlPlane) DataDir() string { return cp.dataDir }
 
 // PKI returns the certificates and keys of the control plane.
 func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
-
-// runs is the process whose death ends a wait for p to be ready: p itself,
-// or the node agent that runs it as a static pod.
-func (cp *ControlPlane) runs(p *Process) *Process {
-	if cp.staticPods && p != cp.Node {
-		return cp.Node
-	}
-	return p
-}
 
 // store is the control plane's PKI directory, reporting what it issues.
 func (cp *ControlPlane) store() *pki.Store {

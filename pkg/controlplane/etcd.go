@@ -61,7 +61,7 @@ func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
 // StartEtcd starts etcd and waits until it answers /health.
 func (cp *ControlPlane) StartEtcd(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	if err := cp.Etcd.Start(); err != nil {
+	if err := cp.launcher.Start(ctx, etcdComponent); err != nil {
 		return 0, err
 	}
 	if err := cp.waitEtcd(ctx); err != nil {
@@ -89,7 +89,7 @@ func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return poll(ctx, cp.runs(cp.Etcd), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.launcher.Runner(etcdComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {

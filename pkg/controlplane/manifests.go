@@ -127,9 +127,6 @@ func InstallBinary(src, dir string) (string, error) {
 	return dst, atomicfile.WriteFrom(dst, f, 0o700)
 }
 
-// readinessPod is the readiness controller's static pod.
-const readinessPod = "steadyplane-readiness-controller"
-
 // Components returns etcd, the API server, the controller manager, the
 // scheduler and the readiness controller of this control plane as static
 // pods running binary, with the same arguments as their processes and the

@@ -70,7 +70,7 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.Node, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.launcher.Runner(nodeComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		n, err := client.CoreV1().Nodes().Get(ctx, cp.opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -43,18 +43,10 @@ func (cp *ControlPlane) prepareReadiness() error {
 // credentials), starts it (as a static pod, or a child process) and waits
 // until its webhook is registered.
 func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
-	client, err := cp.adminClient()
-	if err != nil {
+	if err := cp.beforeStart(ctx, readinessPod); err != nil {
 		return err
 	}
-	if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
-		return err
-	}
-	if cp.staticPods {
-		if err := cp.writeManifests(readinessPod); err != nil {
-			return err
-		}
-	} else if err := cp.Readiness.Start(); err != nil {
+	if err := cp.launcher.Start(ctx, readinessPod); err != nil {
 		return err
 	}
 	return cp.WaitReadinessControllerReady(ctx)
@@ -66,7 +58,7 @@ func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error 
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.runs(cp.Readiness), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, cp.launcher.Runner(readinessPod), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "steadyplane-readiness-gates", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

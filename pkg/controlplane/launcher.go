@@ -1,0 +1,208 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
+)
+
+// The control plane's components, by the names of their static pods.
+const (
+	etcdComponent              = "etcd"
+	apiserverComponent         = "kube-apiserver"
+	controllerManagerComponent = "kube-controller-manager"
+	schedulerComponent         = "kube-scheduler"
+	// nodeComponent is the node agent: a process in either launch mode.
+	nodeComponent = "node"
+	// readinessPod is the readiness controller's static pod.
+	readinessPod = "steadyplane-readiness-controller"
+	// operatorPod is the KubeAPIServer operator's static pod.
+	operatorPod = "steadyplane-kubeapiserver-operator"
+)
+
+// Launcher runs the control plane's components: as static pods on the node
+// agent (staticPodLauncher) or as child processes of "up"
+// (processLauncher). What runs when is startOrder's; how is the launcher's.
+// A server joining an existing control plane is one more way to launch
+// the same components (against another etcd and CA), behind this interface.
+type Launcher interface {
+	// Describe is the progress line that says how the components run, or "".
+	Describe() string
+	// Start starts the named components (of one stage) without waiting for
+	// them to be ready. Names the launcher has no component for are skipped.
+	Start(ctx context.Context, names ...string) error
+	// Runner is the process whose end ends a wait for the named component:
+	// its own, or the node agent that runs it.
+	Runner(name string) *Process
+	// Stop stops the named components, given in the reverse of the start
+	// order, each with its grace period.
+	Stop(names ...string)
+	// Supervised are the components whose processes "up" restarts when they
+	// die (the node agent restarts static pods by itself).
+	Supervised() []string
+}
+
+// processLauncher runs each component as a child process.
+type processLauncher struct{ cp *ControlPlane }
+
+// process is the component's child process, nil when it is not configured.
+func (l processLauncher) process(name string) *Process {
+	cp := l.cp
+	switch name {
+	case etcdComponent:
+		return cp.Etcd
+	case apiserverComponent:
+		return cp.APIServer
+	case controllerManagerComponent:
+		return cp.ControllerManager
+	case schedulerComponent:
+		return cp.Scheduler
+	case nodeComponent:
+		return cp.Node
+	case readinessPod:
+		return cp.Readiness
+	}
+	return nil
+}
+
+// Describe implements Launcher.
+func (l processLauncher) Describe() string {
+	if l.cp.Node != nil && l.cp.opts.StaticPods {
+		return "control plane: child processes (static pods need the runc runtime)"
+	}
+	return ""
+}
+
+// Start implements Launcher.
+func (l processLauncher) Start(_ context.Context, names ...string) error {
+	for _, name := range names {
+		p := l.process(name)
+		if p == nil {
+			continue
+		}
+		if name == nodeComponent {
+			l.cp.progressf("starting node agent %s (log: %s)", l.cp.opts.NodeName, p.LogPath)
+		} else {
+			l.cp.progressf("starting %s (log: %s)", p.Name, p.LogPath)
+		}
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Runner implements Launcher.
+func (l processLauncher) Runner(name string) *Process { return l.process(name) }
+
+// Stop implements Launcher.
+func (l processLauncher) Stop(names ...string) {
+	for _, name := range names {
+		l.cp.stopProcess(l.process(name))
+	}
+}
+
+// Supervised implements Launcher.
+func (l processLauncher) Supervised() []string {
+	var out []string
+	for _, name := range []string{etcdComponent, apiserverComponent, controllerManagerComponent, schedulerComponent, nodeComponent, readinessPod} {
+		if l.process(name) != nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// staticPodLauncher writes each component as a static pod into the node
+// agent's manifest directory, as kubeadm does for the kubelet; the node
+// agent, a child process, runs and restarts them with no API server needed.
+type staticPodLauncher struct{ cp *ControlPlane }
+
+// newStaticPodLauncher installs the binary the static pods run and removes
+// the manifests of components that must not start before the API server
+// (nor at all, if they are switched off now).
+func newStaticPodLauncher(cp *ControlPlane) (staticPodLauncher, error) {
+	bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
+	if err != nil {
+		return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
+	}
+	cp.bin = bin
+	stale := []string{controllerManagerComponent, schedulerComponent, readinessPod, operatorPod}
+	for _, name := range stale {
+		if err := os.Remove(cp.manifestPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return staticPodLauncher{}, err
+		}
+	}
+	if !cp.fallbackOn() {
+		if err := os.Remove(cp.apiserverLayout().MonitorManifest()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return staticPodLauncher{}, err
+		}
+	}
+	return staticPodLauncher{cp: cp}, nil
+}
+
+// Describe implements Launcher.
+func (l staticPodLauncher) Describe() string {
+	return fmt.Sprintf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", filepath.Join(l.cp.dataDir, "manifests"))
+}
+
+// Start implements Launcher. The node agent starts after the stage's
+// manifests are in place, so that it never runs a manifest an earlier run
+// left behind (a revision the fallback has since replaced).
+func (l staticPodLauncher) Start(ctx context.Context, names ...string) error {
+	cp := l.cp
+	for _, name := range names {
+		switch {
+		case name == nodeComponent:
+		case name == apiserverComponent && cp.fallbackOn():
+			if err := bootstrap.InstallOperand(ctx, cp.apiserverLayout(), cp.fallbackTemplates, cp.progressf); err != nil {
+				return fmt.Errorf("installing the API server's revision: %w", err)
+			}
+		default:
+			if err := cp.writeManifests(name); err != nil {
+				return err
+			}
+		}
+	}
+	if slices.Contains(names, nodeComponent) {
+		cp.progressf("starting node agent %s (log: %s)", cp.opts.NodeName, cp.Node.LogPath)
+		return cp.Node.Start()
+	}
+	return nil
+}
+
+// Runner implements Launcher: the node agent runs every static pod.
+func (l staticPodLauncher) Runner(string) *Process { return l.cp.Node }
+
+// Stop implements Launcher: the controllers go first, together, and hand
+// their leases back while the API server still answers; the API server
+// goes before etcd, which stops with the node agent.
+func (l staticPodLauncher) Stop(names ...string) {
+	cp := l.cp
+	if cp.Node.Exited() == nil {
+		return // never started
+	}
+	var first []string
+	for _, name := range names {
+		if name != nodeComponent && name != apiserverComponent && name != etcdComponent {
+			first = append(first, name)
+		}
+	}
+	cp.stopStaticPods(first...)
+	if slices.Contains(names, apiserverComponent) {
+		// A startup monitor would see its revision go and wait; it goes
+		// first all the same. The next "up" starts last-known-good.
+		_ = os.Remove(cp.apiserverLayout().MonitorManifest())
+		cp.stopStaticPods(apiserverComponent)
+	}
+	cp.stopProcess(cp.Node)
+}
+
+// Supervised implements Launcher.
+func (l staticPodLauncher) Supervised() []string { return []string{nodeComponent} }

@@ -1,0 +1,162 @@
+package controlplane
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
+	"github.com/steadyplane/steadyplane/pkg/readinessgates"
+)
+
+// stage is one step of the start-up: its components start together, then
+// each of ready is waited for in turn.
+type stage struct {
+	start, ready []string
+}
+
+// startOrder is the control plane's start-up order, for every launcher:
+// etcd and the API server first, with the node agent (which runs them as
+// static pods, and needs neither to start); the controllers once the API
+// server answers, so that they do not crash-loop (and back off) meanwhile;
+// then the node; the KubeAPIServer operator and the readiness controller
+// last, since both need the controllers' service account tokens and RBAC.
+// Components that are switched off are skipped.
+var startOrder = []stage{
+	{start: []string{etcdComponent, apiserverComponent, nodeComponent}, ready: []string{etcdComponent, apiserverComponent}},
+	{start: []string{controllerManagerComponent, schedulerComponent}, ready: []string{controllerManagerComponent, schedulerComponent}},
+	{ready: []string{nodeComponent}},
+	{start: []string{operatorPod}, ready: []string{operatorPod}},
+	{start: []string{readinessPod}, ready: []string{readinessPod}},
+}
+
+// stopOrder is startOrder's components in reverse.
+func stopOrder() []string {
+	var names []string
+	for i := len(startOrder) - 1; i >= 0; i-- {
+		for j := len(startOrder[i].start) - 1; j >= 0; j-- {
+			names = append(names, startOrder[i].start[j])
+		}
+	}
+	return names
+}
+
+// enabled says whether this run has the component.
+func (cp *ControlPlane) enabled(name string) bool {
+	switch name {
+	case etcdComponent, apiserverComponent:
+		return true
+	case controllerManagerComponent, schedulerComponent:
+		return cp.ControllerManager != nil
+	case nodeComponent:
+		return cp.Node != nil
+	case operatorPod:
+		return cp.fallbackOn()
+	case readinessPod:
+		return cp.Readiness != nil
+	}
+	return false
+}
+
+// beforeStart is what a component needs in the API before it starts.
+func (cp *ControlPlane) beforeStart(ctx context.Context, name string) error {
+	switch name {
+	case operatorPod:
+		cfg, err := cp.AdminConfig()
+		if err != nil {
+			return err
+		}
+		templates, err := cp.fallbackTemplates()
+		if err != nil {
+			return err
+		}
+		if err := bootstrap.Publish(ctx, cfg, cp.apiserverLayout(), templates); err != nil {
+			return err
+		}
+		cp.progressf("starting the KubeAPIServer operator (static pod %s; kubectl get kubeapiserver cluster)", operatorPod)
+	case readinessPod:
+		client, err := cp.adminClient()
+		if err != nil {
+			return err
+		}
+		if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
+			return err
+		}
+		if _, static := cp.launcher.(staticPodLauncher); static {
+			cp.progressf("starting readiness-gate webhook and controller (static pod %s)", readinessPod)
+		}
+	}
+	return nil
+}
+
+// waitReady waits until the component is ready.
+func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
+	switch name {
+	case etcdComponent:
+		return cp.waitEtcd(ctx)
+	case apiserverComponent:
+		return cp.WaitAPIServerReady(ctx)
+	case controllerManagerComponent:
+		return cp.WaitControllerManagerReady(ctx)
+	case schedulerComponent:
+		return cp.WaitSchedulerReady(ctx)
+	case nodeComponent:
+		return cp.WaitNodeReady(ctx)
+	case operatorPod:
+		return cp.waitOperatorReady(ctx)
+	case readinessPod:
+		return cp.WaitReadinessControllerReady(ctx)
+	}
+	return nil
+}
+
+// reportReady prints that the component became ready after d.
+func (cp *ControlPlane) reportReady(name string, d time.Duration) {
+	s := d.Seconds()
+	switch name {
+	case etcdComponent:
+		cp.progressf("etcd ready in %.1fs (%s)", s, cp.etcdClientURL())
+	case apiserverComponent:
+		cp.progressf("apiserver ready in %.1fs (%s)", s, cp.APIServerURL())
+	case controllerManagerComponent:
+		cp.progressf("%s leader in %.1fs", cp.ControllerManager.Name, s)
+	case schedulerComponent:
+		cp.progressf("%s leader in %.1fs", cp.Scheduler.Name, s)
+	case nodeComponent:
+		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, s, filepath.Join(cp.dataDir, "manifests"))
+	case operatorPod:
+		cp.progressf("KubeAPIServer operator ready in %.1fs", s)
+	case readinessPod:
+		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", s)
+	}
+}
+
+// start runs the start-up order through the launcher.
+func (cp *ControlPlane) start(ctx context.Context) error {
+	for _, st := range startOrder {
+		begun := time.Now()
+		var names []string
+		for _, name := range st.start {
+			if !cp.enabled(name) {
+				continue
+			}
+			if err := cp.beforeStart(ctx, name); err != nil {
+				return err
+			}
+			names = append(names, name)
+		}
+		if err := cp.launcher.Start(ctx, names...); err != nil {
+			return err
+		}
+		for _, name := range st.ready {
+			if !cp.enabled(name) {
+				continue
+			}
+			if err := cp.waitReady(ctx, name); err != nil {
+				return err
+			}
+			cp.reportReady(name, time.Since(begun))
+		}
+	}
+	return nil
+}
