@@ -297,14 +297,7 @@ func TestNotReadyRefusalMovesAnyVerb(t *testing.T) {
 // host where nothing listens, with s as its alternative.
 func upgradeSetup(t *testing.T, p *testpki.TestPKI, s *httptest.Server) (*rest.Config, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
-	}
-	s.Listener = l
-	s.TLS = serverTLSNamed(t, p, ServerName)
-	s.StartTLS()
-	t.Cleanup(s.Close)
+	startAlternative(t, p, s)
 	orig := deadAddress(t, "127.0.0.1")
 	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
 	if _, err := Enable(cfg, Options{Hosts: []string{orig, s.Listener.Addr().String()}, LocalAddresses: []net.IP{}}); err != nil {
@@ -477,15 +470,7 @@ func TestUpgradeMovesOnFromARefusal(t *testing.T) {
 		reached.Add(1)
 		http.Error(w, "b answers", http.StatusBadRequest)
 	}))
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
-	}
-	s.Listener = l
-	s.TLS = serverTLSNamed(t, p, ServerName)
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	orig, alt := refusing.host(), s.Listener.Addr().String()
+	orig, alt := refusing.host(), startAlternative(t, p, s)
 	cfg := &rest.Config{Host: "https://" + orig, TLSClientConfig: rest.TLSClientConfig{CAData: p.CA.CertPEM}}
 	pool, err := Enable(cfg, Options{Hosts: []string{orig, alt}, LocalAddresses: []net.IP{}})
 	if err != nil {
@@ -521,4 +506,20 @@ func TestUpgradeMovesOnFromARefusal(t *testing.T) {
 	if d := testutil.ToFloat64(metrics.requests.WithLabelValues(alt, "ok")) - okBefore; d != 1 {
 		t.Errorf("answers counted for the alternative: %v, want 1", d)
 	}
+}
+
+// startAlternative starts s on 127.0.0.2 with a certificate for
+// kubernetes.default only, as an alternative API server, and returns its
+// address.
+func startAlternative(t *testing.T, p *testpki.TestPKI, s *httptest.Server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		testci.CannotRun(t, "cannot listen on 127.0.0.2: %v", err)
+	}
+	s.Listener = l
+	s.TLS = serverTLSNamed(t, p, ServerName)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return l.Addr().String()
 }
