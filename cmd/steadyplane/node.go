@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -14,6 +15,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -51,6 +53,37 @@ func setUpRuntime(o *agent.Options, mode string, net podnet.Config) error {
 	return nil
 }
 
+// setUpImages opens the node's image store and imports the archives of
+// importDir ("" for none) into it.
+func setUpImages(o *agent.Options, storeDir, importDir string) error {
+	if !o.Runtime.Isolated() {
+		return nil // host processes run host commands; images are not used
+	}
+	if storeDir == "" {
+		storeDir = images.StoreDir(o.RootDir)
+	}
+	store, err := images.Open(storeDir)
+	if err != nil {
+		return err
+	}
+	o.Images = store
+	if importDir == "" {
+		return nil
+	}
+	start := time.Now()
+	imported, err := store.ImportDir(importDir, images.UnpackOptions{Rootless: os.Geteuid() != 0}, func(path string, err error) {
+		klog.ErrorS(err, "Importing an image archive", "archive", path)
+		fmt.Fprintf(os.Stderr, "WARNING: image archive %s not imported: %v\n", path, err)
+	})
+	if err != nil {
+		return fmt.Errorf("importing the image archives of %s: %w", importDir, err)
+	}
+	for _, img := range imported {
+		klog.InfoS("Imported an image", "names", img.Names, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
 func newContainerShimCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:                "container-shim",
@@ -72,7 +105,7 @@ func newContainerShimCommand() *cobra.Command {
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
-	var kubeconfig, runtimeMode string
+	var kubeconfig, runtimeMode, imageStore, imageImportDir string
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	cmd := &cobra.Command{
@@ -131,6 +164,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err := setUpRuntime(&o, runtimeMode, net); err != nil {
 				return err
 			}
+			if err := setUpImages(&o, imageStore, imageImportDir); err != nil {
+				return err
+			}
 			switch {
 			case apiPort < 0 || apiPort > 65535:
 				return fmt.Errorf("--port=%d is not a port", apiPort)
@@ -162,6 +198,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA that signs the client certificates of the node API's callers (the API server's --kubelet-client-certificate); other callers use bearer tokens (TokenReview). Every request is authorized by SubjectAccessReview on the Node's subresources (nodes/proxy, nodes/log, nodes/metrics, ...).")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Loopback address of the read-only endpoint (no authentication, as the kubelet's read-only port): /metrics, /healthz, /pods and /localstatus/pods (start attempts, restarts, last exits), e.g. 127.0.0.1:10255; empty for none.")
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
+	fs.StringVar(&imageStore, "image-store", "", "Directory of the node's image store (default <root-dir>/image-store): pulled and imported images, each layer unpacked once.")
+	fs.StringVar(&imageImportDir, "image-import-dir", "", "Directory whose image archives (docker save or OCI, *.tar, *.tar.gz) are imported at start; empty for none. `up` uses <data-dir>/images.")
+	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -39,6 +39,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newOperatorCommand(),
 		newInstallerCommand(),
 		newKubectlCommand(),
+		newImagesCommand(),
 	)
 	return root
 }

@@ -10,14 +10,15 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/steadyplane/steadyplane/pkg/fallback"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 // HostPath is a file or directory of the host a component uses, mounted at
@@ -84,7 +85,10 @@ func (c Component) Pod() *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: metav1.NamespaceSystem,
 			Labels: map[string]string{"component": c.Name, "tier": "control-plane"}},
 		Spec: corev1.PodSpec{
-			HostNetwork: true, PriorityClassName: "system-node-critical", RestartPolicy: corev1.RestartPolicyAlways,
+			// The component runs from the host's binary and libraries, not
+			// from an image.
+			RuntimeClassName: ptr.To(runtime.HostRuntimeClass),
+			HostNetwork:      true, PriorityClassName: "system-node-critical", RestartPolicy: corev1.RestartPolicyAlways,
 			TerminationGracePeriodSeconds: &grace, Volumes: volumes, Containers: []corev1.Container{container},
 		},
 	}

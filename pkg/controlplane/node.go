@@ -42,11 +42,17 @@ func (cp *ControlPlane) prepareNode() error {
 	if err := os.MkdirAll(manifests, 0o700); err != nil {
 		return err
 	}
+	// Image archives dropped here are imported at every start (as k3s's
+	// agent/images).
+	importDir := filepath.Join(cp.dataDir, "images")
+	if err := os.MkdirAll(importDir, 0o700); err != nil {
+		return err
+	}
 	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
 		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
-		"--client-ca-file=" + cp.pki.CA.CertPath}
+		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir}
 	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
 	if err != nil {
 		return err

@@ -95,7 +95,16 @@ func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
 	case etcdComponent:
 		return cp.waitEtcd(ctx)
 	case apiserverComponent:
-		return cp.WaitAPIServerReady(ctx)
+		if err := cp.WaitAPIServerReady(ctx); err != nil {
+			return err
+		}
+		// The static pods' mirror pods are refused until their
+		// RuntimeClass exists.
+		client, err := cp.adminClient()
+		if err != nil {
+			return err
+		}
+		return EnsureHostRuntimeClass(ctx, client)
 	case controllerManagerComponent:
 		return cp.WaitControllerManagerReady(ctx)
 	case schedulerComponent:

@@ -42,6 +42,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
@@ -81,6 +82,12 @@ type Options struct {
 	// with an agent that crashes. Without it containers keep running; the
 	// next agent stops each one it finds and starts it again, once.
 	StopPodsOnExit bool
+	// Images is the node's image store; nil runs only pods of the host
+	// runtime class (and every pod under the process runtime).
+	Images *images.Store
+	// InsecureRegistries may be pulled from over plain HTTP besides those
+	// on loopback addresses ("host" or "host:port").
+	InsecureRegistries []string
 }
 
 // Agent is a running node agent.
@@ -103,6 +110,8 @@ type Agent struct {
 	local *localstatus.Store
 	// cidrWarned is set once a pod CIDR mismatch was reported.
 	cidrWarned atomic.Bool
+	// imgs gets containers their images; nil without Options.Images.
+	imgs *imageService
 }
 
 var (
@@ -153,7 +162,11 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore()}, nil
+	a := &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore()}
+	if o.Images != nil {
+		a.imgs = newImageService(o.Images, o.InsecureRegistries, images.UnpackOptions{Rootless: os.Geteuid() != 0})
+	}
+	return a, nil
 }
 
 // Run runs static pods at once, without waiting for an API server, and

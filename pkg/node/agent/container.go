@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
 	"github.com/steadyplane/steadyplane/pkg/logfile"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -46,19 +48,29 @@ func terminatedReason(exit runtime.Exit) string {
 	return ReasonError
 }
 
-// containerEnv returns the environment of container c of pod: a base PATH,
-// then c.Env in order with $(VAR) references expanded and the downward API
-// fields the agent knows. Values from Secrets or ConfigMaps are refused.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP, hostIP string) ([]string, error) {
-	vars := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME": pod.Name}
-	order := []string{"PATH", "HOSTNAME"}
+// defaultPath is the PATH of a container whose image sets none.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// containerEnv returns the environment of container c of pod: base (its
+// image's environment; a default PATH when it sets none) and HOSTNAME, then
+// c.Env in order with $(VAR) references expanded and the downward API fields
+// the agent knows. It also returns the expansion of $(VAR) references by
+// the container's own variables, for its command and args (as the kubelet,
+// the image's variables are not expanded). Values from Secrets or
+// ConfigMaps are refused.
+func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP, hostIP string, base []string) ([]string, func(string) string, error) {
+	if !slices.ContainsFunc(base, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		base = append([]string{defaultPath}, base...)
+	}
+	own := map[string]string{}
+	var order []string
 	set := func(k, v string) {
-		if _, ok := vars[k]; !ok {
+		if _, ok := own[k]; !ok {
 			order = append(order, k)
 		}
-		vars[k] = v
+		own[k] = v
 	}
-	mapping := expansion.MappingFuncFor(vars)
+	mapping := expansion.MappingFuncFor(own)
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -66,21 +78,22 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP, hostIP string) ([
 		case e.ValueFrom.FieldRef != nil:
 			v, err := fieldValue(pod, e.ValueFrom.FieldRef.FieldPath, podIP, hostIP)
 			if err != nil {
-				return nil, fmt.Errorf("%w: env %s: %v", errConfig, e.Name, err)
+				return nil, nil, fmt.Errorf("%w: env %s: %v", errConfig, e.Name, err)
 			}
 			set(e.Name, v)
 		default:
-			return nil, fmt.Errorf("%w: env %s: values from Secrets, ConfigMaps and resources are not supported by the steadyplane node agent", errConfig, e.Name)
+			return nil, nil, fmt.Errorf("%w: env %s: values from Secrets, ConfigMaps and resources are not supported by the steadyplane node agent", errConfig, e.Name)
 		}
 	}
 	if len(c.EnvFrom) > 0 {
-		return nil, fmt.Errorf("%w: envFrom is not supported by the steadyplane node agent", errConfig)
+		return nil, nil, fmt.Errorf("%w: envFrom is not supported by the steadyplane node agent", errConfig)
 	}
 	env := make([]string, 0, len(order))
 	for _, k := range order {
-		env = append(env, k+"="+vars[k])
+		env = append(env, k+"="+own[k])
 	}
-	return env, nil
+	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + pod.Name}), env)
+	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
 }
 
 func fieldValue(pod *corev1.Pod, path, podIP, hostIP string) (string, error) {
@@ -104,36 +117,57 @@ func fieldValue(pod *corev1.Pod, path, podIP, hostIP string) (string, error) {
 }
 
 // securityConfig applies the container's effective security context (the
-// pod's, overridden by the container's) to cfg. Images are not read here, so
-// a container without runAsUser runs as root, and runAsNonRoot without a
-// non-zero runAsUser is refused, as the kubelet refuses an image whose user
-// is root.
-func securityConfig(pod *corev1.Pod, c *corev1.Container, cfg *runtime.ContainerConfig) error {
+// pod's, overridden by the container's) to cfg. image is the container's
+// image, nil for a host root: without runAsUser the container runs as the
+// image's user, and runAsNonRoot is checked against it as the kubelet does.
+func securityConfig(pod *corev1.Pod, c *corev1.Container, cfg *runtime.ContainerConfig, image *pulledImage) error {
 	sc := securitycontext.DetermineEffectiveSecurityContext(pod, c)
+	var imgUser runtime.User
+	numeric := true
+	if image != nil {
+		var err error
+		imgUser, numeric, err = imageUser(image.config.Config.User, func(p string) ([]byte, error) { return images.ReadFile(image.layers, p) })
+		if err != nil {
+			return fmt.Errorf("%w: %v", errConfig, err)
+		}
+		if imgUser.UID != 0 || imgUser.GID != 0 {
+			cfg.User = &imgUser
+		}
+	}
 	if sc == nil {
 		return nil
 	}
-	var uid int64
+	uid := int64(imgUser.UID)
 	if sc.RunAsUser != nil {
 		uid = *sc.RunAsUser
 	}
-	if sc.RunAsNonRoot != nil && *sc.RunAsNonRoot && uid == 0 {
-		return fmt.Errorf("%w: container has runAsNonRoot and will run as root (set a non-zero runAsUser: the node agent does not read images)", errConfig)
+	if sc.RunAsNonRoot != nil && *sc.RunAsNonRoot {
+		switch {
+		case sc.RunAsUser == nil && !numeric:
+			return fmt.Errorf("%w: container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root", errConfig, image.config.Config.User)
+		case uid == 0 && image == nil:
+			return fmt.Errorf("%w: container has runAsNonRoot and will run as root (set a non-zero runAsUser)", errConfig)
+		case uid == 0:
+			return fmt.Errorf("%w: container has runAsNonRoot and image will run as root", errConfig)
+		}
 	}
 	if sc.RunAsUser != nil || sc.RunAsGroup != nil {
 		u := &runtime.User{UID: uint32(uid), GID: uint32(uid)}
+		if sc.RunAsUser == nil {
+			u.GID = imgUser.GID
+		}
 		if sc.RunAsGroup != nil {
 			u.GID = uint32(*sc.RunAsGroup)
 		}
-		if psc := pod.Spec.SecurityContext; psc != nil {
-			for _, g := range psc.SupplementalGroups {
-				u.AdditionalGIDs = append(u.AdditionalGIDs, uint32(g))
-			}
-			if psc.FSGroup != nil {
-				u.AdditionalGIDs = append(u.AdditionalGIDs, uint32(*psc.FSGroup))
-			}
-		}
 		cfg.User = u
+	}
+	if psc := pod.Spec.SecurityContext; psc != nil && cfg.User != nil {
+		for _, g := range psc.SupplementalGroups {
+			cfg.User.AdditionalGIDs = append(cfg.User.AdditionalGIDs, uint32(g))
+		}
+		if psc.FSGroup != nil {
+			cfg.User.AdditionalGIDs = append(cfg.User.AdditionalGIDs, uint32(*psc.FSGroup))
+		}
 	}
 	cfg.ReadOnlyRootFilesystem = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
 	cfg.Privileged = sc.Privileged != nil && *sc.Privileged
@@ -159,12 +193,15 @@ func resourceConfig(c *corev1.Container, cfg *runtime.ContainerConfig) {
 	}
 }
 
-// readsOnlyFiles checks that an isolated container asks for nothing a host
-// process runtime would have to ignore, and that a host process asks for no
-// isolation it cannot have.
+// checkForRuntime checks a container that runs host commands (the process
+// runtime, or the host runtime class): it names its command, and a host
+// process asks for no isolation it cannot have.
 func checkForRuntime(pod *corev1.Pod, c *corev1.Container, isolated bool) error {
 	if len(c.Command) == 0 {
-		return fmt.Errorf("%w: container %s has no command; the steadyplane node agent runs commands from the host's system directories and does not pull or read images (image %q is recorded only)", errConfig, c.Name, c.Image)
+		if isolated {
+			return fmt.Errorf("%w: container %s has no command; pods of runtime class %s run commands from the host's system directories, not from their image", errConfig, c.Name, runtime.HostRuntimeClass)
+		}
+		return fmt.Errorf("%w: container %s has no command; with --runtime=process the node agent runs host commands and does not use images", errConfig, c.Name)
 	}
 	if isolated {
 		return nil

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,12 @@ type host interface {
 	putLocal(podDir string, rec *localstatus.Pod) error
 	// forgetLocal drops the pod uid from the record that is served.
 	forgetLocal(uid types.UID)
+	// images gets containers their images; nil on a node without an image
+	// store (only host roots run there).
+	images() *imageService
+	// pullSecrets returns the pod's image pull secrets that can be read;
+	// one that cannot is left out with an event, as the kubelet does.
+	pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secret
 }
 
 var _ host = (*Agent)(nil)
@@ -59,3 +66,20 @@ func (a *Agent) volumeSource() volume.Source { return volume.ClientSource{Client
 func (a *Agent) putLocal(podDir string, rec *localstatus.Pod) error { return a.local.Put(podDir, rec) }
 
 func (a *Agent) forgetLocal(uid types.UID) { a.local.Forget(uid) }
+
+func (a *Agent) images() *imageService { return a.imgs }
+
+func (a *Agent) pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secret {
+	var out []corev1.Secret
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := a.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			a.event(pod, corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve image pull secret %s/%s; the image pull may not succeed: %v", pod.Namespace, ref.Name, err)
+			continue
+		}
+		out = append(out, *s)
+	}
+	return out
+}

@@ -280,7 +280,10 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 			s.startAttempts++
 		}
 		reason := ReasonRunContainerError
-		if errors.Is(ev.err, errConfig) {
+		switch {
+		case imageReason(ev.err) != "":
+			reason = imageReason(ev.err)
+		case errors.Is(ev.err, errConfig):
 			reason = ReasonCreateContainerConfigError
 		}
 		var acts []action

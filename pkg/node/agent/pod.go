@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -101,6 +102,16 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 	}
 	w.setup = podSetup{}
 	w.host.forgetLocal(pod.UID)
+	if imgs := w.host.images(); imgs != nil {
+		for _, c := range w.containers {
+			if err := imgs.store.Release(w.containerRef(pod, c).ID); err != nil {
+				klog.ErrorS(err, "Releasing a container's image layers", "pod", klog.KObj(pod))
+			}
+		}
+	}
+	if err := runtime.UnmountUnder(w.podDir(pod)); err != nil {
+		klog.ErrorS(err, "Unmounting the pod's root filesystems", "pod", klog.KObj(pod))
+	}
 	if err := os.RemoveAll(w.podDir(pod)); err != nil {
 		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))
 	}
@@ -147,21 +158,34 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 
 // containerConfig returns run number run of container c as the runtime
 // runs it, or an error (errConfig for one this node cannot run).
-func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*runtime.ContainerConfig, error) {
+// img is the container's image, nil for a host root; expand expands $(VAR)
+// in its command and args.
+func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, expand func(string) string, img *pulledImage) (*runtime.ContainerConfig, error) {
 	rt := w.opts.Runtime
 	spec := &c.spec
-	if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
-		return nil, err
+	var imgCfg v1.Config
+	if img == nil {
+		if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
+			return nil, err
+		}
+	} else {
+		imgCfg = img.config.Config
 	}
 	cfg := w.containerRef(pod, c)
 	dir := cfg.Dir
 	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, pod.Name, env, spec.WorkingDir
-	cfg.Argv = append(append([]string{}, spec.Command...), spec.Args...)
+	if cfg.WorkingDir == "" {
+		cfg.WorkingDir = imgCfg.WorkingDir
+	}
+	cfg.Argv = imageArgv(spec, imgCfg, expand)
+	if len(cfg.Argv) == 0 {
+		return nil, fmt.Errorf("%w: container %s: no command specified, by the container or its image", errConfig, spec.Name)
+	}
 	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.opts.StopPodsOnExit
 	if !rt.Isolated() {
 		return cfg, nil
 	}
-	if err := securityConfig(pod, spec, cfg); err != nil {
+	if err := securityConfig(pod, spec, cfg, img); err != nil {
 		return nil, err
 	}
 	resourceConfig(spec, cfg)
@@ -169,9 +193,21 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}
-	for _, m := range mounts {
-		if err := checkMountPoint(m); err != nil {
+	if img == nil {
+		for _, m := range mounts {
+			if err := checkMountPoint(m); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		cfg.Rootfs = &runtime.Rootfs{Layers: img.layers}
+		// The layers stay while the container stacks them, even if the
+		// image is removed meanwhile.
+		if err := w.host.images().store.Lease(cfg.ID, img.Image); err != nil {
 			return nil, err
+		}
+		if err := w.host.images().store.Used(img.ID); err != nil {
+			klog.ErrorS(err, "Recording an image's use", "image", img.ID)
 		}
 	}
 	cfg.Mounts = append(append([]runtime.Mount{}, w.setup.hostFiles...), mounts...)
@@ -194,4 +230,36 @@ func (w *worker) containerRef(pod *corev1.Pod, c *container) *runtime.ContainerC
 
 func terminationLogPath(containerDir string, run int32) string {
 	return filepath.Join(containerDir, fmt.Sprintf("termination-log-%d", run))
+}
+
+// hostRoot tells whether pod's containers run host commands rather than
+// their images: under the process runtime, or in the host runtime class.
+func (w *worker) hostRoot(pod *corev1.Pod) bool {
+	return !w.opts.Runtime.Isolated() || usesHostRoot(pod)
+}
+
+// image returns c's image, pulled if its policy says so; nil for a host
+// root.
+func (w *worker) image(ctx context.Context, pod *corev1.Pod, c *container) (*pulledImage, error) {
+	if w.hostRoot(pod) {
+		return nil, nil
+	}
+	imgs := w.host.images()
+	if imgs == nil {
+		return nil, fmt.Errorf("%w: this node agent has no image store; run pods of runtime class %s", errConfig, runtime.HostRuntimeClass)
+	}
+	return imgs.ensure(ctx, pod, &c.spec, func() []corev1.Secret { return w.host.pullSecrets(ctx, pod) },
+		func(eventType, reason, format string, args ...any) {
+			w.host.event(pod, eventType, reason, format, args...)
+		})
+}
+
+// env is c's environment over its image's (img, nil for a host root), and
+// the expansion of its command and args.
+func (w *worker) env(pod *corev1.Pod, c *container, img *pulledImage) ([]string, func(string) string, error) {
+	var base []string
+	if img != nil {
+		base = img.config.Config.Env
+	}
+	return containerEnv(pod, &c.spec, w.setup.ips[0], w.opts.NodeIP, base)
 }

@@ -27,6 +27,7 @@ type container struct {
 	lifecycle
 	run          runtime.Container // the current run: in phases Running and Killing only
 	runSpec      *runtime.ContainerConfig
+	image        *pulledImage // the image of the current or last run; nil for a host root
 	readiness    *probe.Tracker
 	liveness     *probe.Tracker
 	startup      *probe.Tracker
@@ -338,7 +339,7 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 			// The environment was made for the run already, so it is made
 			// again without error; a run adopted with an environment that
 			// cannot be made gets no probes.
-			if env, err := containerEnv(pod, &c.spec, w.setup.ips[0], w.opts.NodeIP); err == nil {
+			if env, _, err := w.env(pod, c, c.image); err == nil {
 				w.startProbes(ctx, pod, c, env)
 			}
 		case actStopProbes:
@@ -356,10 +357,15 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 
 // start asks the runtime for a run of c and feeds its answer back.
 func (w *worker) start(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	env, err := containerEnv(pod, &c.spec, w.setup.ips[0], w.opts.NodeIP)
+	img, err := w.image(ctx, pod, c)
+	var env []string
+	var expand func(string) string
+	if err == nil {
+		env, expand, err = w.env(pod, c, img)
+	}
 	var cfg *runtime.ContainerConfig
 	if err == nil {
-		cfg, err = w.containerConfig(pod, c, env)
+		cfg, err = w.containerConfig(pod, c, env, expand, img)
 	}
 	if err != nil {
 		w.apply(ctx, pod, c, event{kind: evStartFailed, err: err}, now)
@@ -370,7 +376,7 @@ func (w *worker) start(ctx context.Context, pod *corev1.Pod, c *container, now t
 		w.apply(ctx, pod, c, event{kind: evStartFailed, err: err, attempted: true}, now)
 		return
 	}
-	c.run, c.runSpec = run, cfg
+	c.run, c.runSpec, c.image = run, cfg, img
 	w.apply(ctx, pod, c, event{kind: evStarted}, now)
 }
 
@@ -393,8 +399,11 @@ func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now t
 	}
 	if ev.kind != evNoLeftover {
 		c.run, c.runSpec = run, cfg
+		if !w.hostRoot(pod) && w.host.images() != nil {
+			c.image, _ = w.host.images().present(&c.spec)
+		}
 		cfg.LogPath, cfg.WorkingDir = w.logPath(pod, c), c.spec.WorkingDir
-		if env, err := containerEnv(pod, &c.spec, w.setup.ips[0], w.opts.NodeIP); err == nil && !c.init {
+		if env, _, err := w.env(pod, c, c.image); err == nil && !c.init {
 			cfg.Env = env
 		}
 	}

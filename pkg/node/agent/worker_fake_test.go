@@ -125,10 +125,12 @@ func (h *fakeHost) removePod(context.Context, *corev1.Pod) error {
 	h.removed++
 	return nil
 }
-func (h *fakeHost) volumeSource() volume.Source                     { return nil }
-func (h *fakeHost) allocatable() corev1.ResourceList                { return corev1.ResourceList{} }
-func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error { return h.local.Put(dir, rec) }
-func (h *fakeHost) forgetLocal(uid types.UID)                       { h.local.Forget(uid) }
+func (h *fakeHost) volumeSource() volume.Source                              { return nil }
+func (h *fakeHost) allocatable() corev1.ResourceList                         { return corev1.ResourceList{} }
+func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error          { return h.local.Put(dir, rec) }
+func (h *fakeHost) forgetLocal(uid types.UID)                                { h.local.Forget(uid) }
+func (h *fakeHost) images() *imageService                                    { return nil }
+func (h *fakeHost) pullSecrets(context.Context, *corev1.Pod) []corev1.Secret { return nil }
 
 // reasons returns the reasons of the events recorded so far, in order.
 func (h *fakeHost) reasons() []string {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
@@ -89,6 +90,13 @@ func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
 // containerStatus reports c as the Pod API shows it.
 func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	s := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts}
+	if c.image != nil {
+		// As the kubelet shows them: the image's full name and its content.
+		if _, name, err := images.Normalize(c.spec.Image); err == nil {
+			s.Image = name
+		}
+		s.ImageID = c.image.ref()
+	}
 	if c.last != nil {
 		s.LastTerminationState.Terminated = c.last
 	}

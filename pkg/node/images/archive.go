@@ -3,8 +3,8 @@ package images
 import (
 	"archive/tar"
 	"bufio"
-	"errors"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"os"

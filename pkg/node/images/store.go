@@ -350,3 +350,62 @@ func (s *Store) locked(f func() error) error {
 	defer func() { _ = unix.Flock(int(lf.Fd()), unix.LOCK_UN) }()
 	return f()
 }
+
+// ReadFile reads the file at p (absolute, in the image) from layers (top
+// first) as overlayfs shows it: from the topmost layer that has it, unless
+// a whiteout or an opaque parent in a layer above hides it. A symbolic link
+// is not followed: the image's passwd and group files are read this way,
+// and a link out of the image must not reach the host's.
+func ReadFile(layers []string, p string) ([]byte, error) {
+	rel := filepath.Clean("/" + p)
+	for _, l := range layers {
+		full := filepath.Join(l, rel)
+		var st unix.Stat_t
+		err := unix.Lstat(full, &st)
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0:
+			return nil, fmt.Errorf("%s: %w", p, os.ErrNotExist) // a whiteout
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG:
+			return os.ReadFile(full)
+		case err == nil:
+			return nil, fmt.Errorf("%s is not a regular file in the image", p)
+		}
+		buf := make([]byte, 1)
+		if n, err := unix.Lgetxattr(filepath.Join(l, filepath.Dir(rel)), overlayOpaque, buf); err == nil && n == 1 && buf[0] == 'y' {
+			break // an opaque directory hides the layers below
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", p, os.ErrNotExist)
+}
+
+// StoreDir is where the node agent with root directory rootDir keeps its
+// image store.
+func StoreDir(rootDir string) string { return filepath.Join(rootDir, "image-store") }
+
+// ImportDir imports every image archive in dir (*.tar, *.tar.gz, *.tgz) into
+// the store, as k3s imports its agent/images at start: an archive that
+// cannot be imported is reported through failed and skipped, never fatal.
+// It returns the images imported.
+func (s *Store) ImportDir(dir string, o UnpackOptions, failed func(path string, err error)) ([]Image, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Image
+	for _, e := range entries {
+		n := e.Name()
+		if !e.Type().IsRegular() || !(strings.HasSuffix(n, ".tar") || strings.HasSuffix(n, ".tar.gz") || strings.HasSuffix(n, ".tgz")) {
+			continue
+		}
+		imgs, err := s.Import(filepath.Join(dir, n), o)
+		if err != nil {
+			failed(filepath.Join(dir, n), err)
+			continue
+		}
+		out = append(out, imgs...)
+	}
+	return out, nil
+}

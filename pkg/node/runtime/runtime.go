@@ -7,11 +7,27 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 )
+
+// HostRuntimeClass is the RuntimeClass whose pods' containers get, instead
+// of their image, a root filesystem of the host's system directories,
+// read-only: steadyplane's own control-plane static pods, and tools that run
+// host programs. `up` creates it; the node agent goes by the name and does
+// not read the object.
+const HostRuntimeClass = "steadyplane-host"
+
+// HostRuntimeHandler is the handler HostRuntimeClass names.
+const HostRuntimeHandler = "host"
 
 // Sandbox is what a pod's containers share: network, IPC and UTS
 // namespaces, each pinned at a path ("" for the host's).
@@ -28,6 +44,14 @@ type Sandbox struct {
 type Mount struct {
 	Source, Destination string
 	ReadOnly            bool
+}
+
+// Rootfs is a root filesystem from an image: the image's unpacked layers
+// stacked by overlayfs under a writable layer of the container's own, made
+// fresh for each run.
+type Rootfs struct {
+	// Layers are the directories of the image's layers, top first.
+	Layers []string
 }
 
 // User is the identity a container's process runs as.
@@ -54,6 +78,11 @@ type ContainerConfig struct {
 	// LogPath receives stdout and stderr in the CRI log format.
 	LogPath string
 	Mounts  []Mount
+	// Rootfs is the container's root filesystem from its image; nil for
+	// one made of the host's system directories, read-only (pods of the
+	// steadyplane-host runtime class, and every container of the process
+	// runtime, which has no root of its own).
+	Rootfs *Rootfs
 	// User is nil for the runtime's default (root).
 	User                   *User
 	ReadOnlyRootFilesystem bool
@@ -193,4 +222,24 @@ func (e *Ending) Exit() Exit {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.exit
+}
+
+// UnmountUnder takes down every mount at or under dir, deepest first: what
+// the runtime mounted for a pod's containers, before the pod's directory is
+// removed (a mount left there makes the removal fail, or worse, reach into
+// the image's layers).
+func UnmountUnder(dir string) error {
+	dir = filepath.Clean(dir)
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m.Mountpoint, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
 }

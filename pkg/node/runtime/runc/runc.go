@@ -232,9 +232,28 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	spec := Spec(cfg, r.system, r.cgroupsPath(cfg.ID))
+	system := r.system
+	if cfg.Rootfs != nil {
+		system = nil // the image is the root; nothing of the host
+	}
+	spec := Spec(cfg, system, r.cgroupsPath(cfg.ID))
 	bundle := filepath.Join(cfg.Dir, bundleDir)
-	if err := prepareRootfs(filepath.Join(bundle, "rootfs"), spec, r.system); err != nil {
+	rootfs := filepath.Join(bundle, "rootfs")
+	// A run a dead shim left (the agent found none to adopt): gone for good,
+	// before its root filesystem is made again.
+	_ = r.runc("delete", "--force", cfg.ID).Run()
+	if cfg.Rootfs != nil {
+		if err := mountImageRootfs(rootfs, cfg.Dir, cfg.Rootfs); err != nil {
+			return nil, fmt.Errorf("root filesystem: %w", err)
+		}
+	}
+	started := false
+	defer func() {
+		if !started && cfg.Rootfs != nil {
+			_ = unmountAt(rootfs)
+		}
+	}()
+	if err := prepareRootfs(rootfs, spec, system); err != nil {
 		return nil, fmt.Errorf("root filesystem: %w", err)
 	}
 	b, err := json.MarshalIndent(spec, "", "  ")
@@ -247,8 +266,6 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	for _, f := range []string{runFile, exitFile, shimPidFile} {
 		_ = os.Remove(filepath.Join(cfg.Dir, f))
 	}
-	// A run a dead shim left (the agent found none to adopt): gone for good.
-	_ = r.runc("delete", "--force", cfg.ID).Run()
 
 	ready, readyW, err := os.Pipe()
 	if err != nil {
@@ -301,6 +318,7 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	if err != nil {
 		return nil, err
 	}
+	started = true // the shim takes the root filesystem down when the run ends
 	c.started = rec.StartedAt
 	go func() {
 		<-waited
@@ -393,6 +411,7 @@ func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) 
 			_ = r.runc("kill", cfg.ID, "KILL").Run()
 			_ = r.runc("delete", "--force", cfg.ID).Run()
 		}
+		_ = unmountAt(filepath.Join(cfg.Dir, bundleDir, "rootfs"))
 		c.finish()
 		return c, true
 	}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
@@ -280,5 +283,108 @@ func TestRuncStartWhileStopping(t *testing.T) {
 	}
 	if started == 0 || abandoned == 0 {
 		t.Errorf("%d starts finished, %d abandoned; want both (the 5s grace finishes, 0 abandons)", started, abandoned)
+	}
+}
+
+// imageLayers makes two layer directories of a busybox image in overlayfs's
+// form: a base with busybox, /etc/motd and /etc/passwd, and a layer above
+// that deletes /etc/motd (a whiteout) and adds /etc/issue. Top first.
+func imageLayers(t *testing.T, dir string) []string {
+	t.Helper()
+	const busybox = "/bin/busybox"
+	if _, err := os.Stat(busybox); err != nil {
+		testci.CannotRun(t, "test images are made of Debian's busybox-static: %v", err)
+	}
+	base, top := filepath.Join(dir, "layer-base"), filepath.Join(dir, "layer-top")
+	for _, d := range []string{base + "/bin", base + "/etc", top + "/etc"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(base+"/bin/busybox", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "cat", "ls", "id", "sleep", "touch"} {
+		if err := os.Symlink("busybox", base+"/bin/"+applet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, content := range map[string]string{base + "/etc/motd": "base motd\n", base + "/etc/passwd": "root:x:0:0::/root:/bin/sh\n", top + "/etc/issue": "from the top layer\n"} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mknod(top+"/etc/motd", unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	return []string{top, base}
+}
+
+// TestRuncImageRootfs: a container whose root is its image's layers sees
+// the image (a whiteout hides what a lower layer had) and nothing of the
+// host; what it writes goes to its own writable layer, fresh for each run;
+// the root filesystem is unmounted when the run ends.
+func TestRuncImageRootfs(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	sb, err := r.CreateSandbox("pod-img", filepath.Join(dir, "pod-img"), "pod-img", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.RemoveSandbox(sb)
+	layers := imageLayers(t, dir)
+	cdir := filepath.Join(dir, "pod-img", "c")
+	start := func(run int32, script string) (runtime.Exit, []string) {
+		t.Helper()
+		cfg := &runtime.ContainerConfig{ID: "pod-img_c", Dir: cdir, Run: run, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
+			Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, fmt.Sprintf("%d.log", run))}
+		c, err := r.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitDone(t, c, 30*time.Second), logLines(t, cfg.LogPath)
+	}
+	exit, lines := start(0, `cat /etc/issue; cat /etc/motd 2>/dev/null || echo no motd; ls /etc/shadow /usr 2>/dev/null || echo no host files; cat /written 2>/dev/null || echo nothing written; echo mine > /written`)
+	want := []string{"from the top layer", "no motd", "no host files", "nothing written"}
+	if exit.ExitCode != 0 || strings.Join(lines, "|") != strings.Join(want, "|") {
+		t.Fatalf("first run: exit %d, output %q; want %q", exit.ExitCode, lines, want)
+	}
+	if _, err := os.Stat(filepath.Join(layers[0], "written")); err == nil {
+		t.Error("the container wrote into an image layer")
+	}
+	rootfs := filepath.Join(cdir, bundleDir, "rootfs")
+	deadline := time.Now().Add(10 * time.Second)
+	for mounted, _ := mountinfo.Mounted(rootfs); mounted && time.Now().Before(deadline); mounted, _ = mountinfo.Mounted(rootfs) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if mounted, _ := mountinfo.Mounted(rootfs); mounted {
+		t.Error("the root filesystem is still mounted after the run ended")
+	}
+	_, lines = start(1, `cat /written 2>/dev/null || echo nothing written`)
+	if strings.Join(lines, "|") != "nothing written" {
+		t.Errorf("second run saw %q: the writable layer was not fresh", lines)
+	}
+}
+
+func TestOverlayOptions(t *testing.T) {
+	if _, err := overlayOptions(nil, "/u", "/w"); err == nil {
+		t.Error("no layers accepted")
+	}
+	if _, err := overlayOptions([]string{"/a:b"}, "/u", "/w"); err == nil {
+		t.Error("a colon in a layer path accepted")
+	}
+	long := make([]string, 100)
+	for i := range long {
+		long[i] = "/var/lib/steadyplane/node/images/layers/" + strings.Repeat("a", 64)
+	}
+	if _, err := overlayOptions(long, "/u", "/w"); err == nil {
+		t.Error("options over a page accepted")
+	}
+	got, err := overlayOptions([]string{"/l2", "/l1"}, "/u", "/w")
+	if err != nil || got != "lowerdir=/l2:/l1,upperdir=/u,workdir=/w" {
+		t.Errorf("overlayOptions = %q, %v", got, err)
 	}
 }

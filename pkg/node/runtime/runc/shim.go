@@ -82,6 +82,10 @@ func ShimMain(args []string) int {
 	if out, err := s.runcCmd("delete", "--force", s.id).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "container-shim %s: runc delete: %v: %s\n", s.id, err, out)
 	}
+	// An image's root filesystem lives as long as the run.
+	if err := unmountAt(filepath.Join(s.dir, bundleDir, "rootfs")); err != nil {
+		fmt.Fprintf(os.Stderr, "container-shim %s: %v\n", s.id, err)
+	}
 	return 0
 }
 

@@ -65,8 +65,9 @@ func FindSystemDirs() []HostPath {
 	return found
 }
 
-// Spec returns the OCI runtime spec of cfg: a root filesystem of read-only
-// bind mounts of the host's system directories with a private /tmp, its own
+// Spec returns the OCI runtime spec of cfg: a root filesystem of its
+// image (mounted by the runtime at the bundle's rootfs), or of read-only bind
+// mounts of the host's system directories with a private /tmp; its own
 // mount and PID namespaces, the sandbox's network, IPC and UTS namespaces,
 // cfg's mounts, user, capabilities and limits. No cgroup filesystem is
 // mounted (runc's fails on cgroup v1 hosts, and containers need none).
@@ -114,7 +115,10 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: d.Path, Type: "bind", Source: d.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 		}
 	}
-	s.Mounts = append(s.Mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	if cfg.Rootfs == nil {
+		// The host's directories are read-only; an image's /tmp is its own.
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	}
 	for _, m := range cfg.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
 		if m.ReadOnly {

@@ -1,0 +1,177 @@
+// Package testimage builds the container images the tests run, offline: a
+// busybox image made of Debian's busybox-static (every applet linked), and
+// serves them from a registry on 127.0.0.1 or writes them as archives, as a
+// user would bring images to a node.
+package testimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/steadyplane/steadyplane/internal/testci"
+)
+
+// BusyboxBinary is Debian's busybox-static, the program of the test images.
+const BusyboxBinary = "/bin/busybox"
+
+// BusyboxName is the name the README's walkthroughs use; the tests import
+// their busybox image under it, so the walkthroughs run offline as written.
+const BusyboxName = "busybox:1.36"
+
+// Busybox returns an image of busybox with every applet in /bin, an
+// /etc/passwd and /etc/group with root and nobody (65534), a sticky /tmp,
+// PATH set and "sh" as its command.
+func Busybox(t testing.TB) v1.Image {
+	t.Helper()
+	if _, err := os.Stat(BusyboxBinary); err != nil {
+		testci.CannotRun(t, "test images are made of Debian's busybox-static (apt-get install busybox-static): %v", err)
+	}
+	out, err := exec.Command(BusyboxBinary, "--list").Output()
+	if err != nil {
+		t.Fatalf("busybox --list: %v", err)
+	}
+	bin, err := os.ReadFile(BusyboxBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []File{
+		{Name: "bin/", Mode: 0o755},
+		{Name: "bin/busybox", Mode: 0o755, Body: bin},
+		{Name: "etc/", Mode: 0o755},
+		{Name: "etc/passwd", Mode: 0o644, Body: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+		{Name: "etc/group", Mode: 0o644, Body: []byte("root:x:0:\nnogroup:x:65534:\n")},
+		{Name: "root/", Mode: 0o700},
+		{Name: "tmp/", Mode: 0o1777},
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" {
+			files = append(files, File{Name: "bin/" + applet, Link: "busybox"})
+		}
+	}
+	return Image(t, v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}, files)
+}
+
+// File is one entry of a test image's layer: a directory when Name ends in
+// "/", a symbolic link when Link is set, else a regular file.
+type File struct {
+	Name string
+	Mode int64
+	Body []byte
+	Link string
+	UID  int
+}
+
+// Image returns an image of one layer of files with config.
+func Image(t testing.TB, config v1.Config, files []File) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Unix(1700000000, 0)
+	for _, f := range files {
+		hdr := &tar.Header{Name: f.Name, Mode: f.Mode, ModTime: mtime, Uid: f.UID, Gid: f.UID}
+		switch {
+		case strings.HasSuffix(f.Name, "/"):
+			hdr.Typeflag = tar.TypeDir
+		case f.Link != "":
+			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, f.Link, 0o777
+		default:
+			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.Body))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithConfig(t, img, config)
+}
+
+// WithConfig returns img with config as its runtime configuration, for
+// linux on this machine's architecture.
+func WithConfig(t testing.TB, img v1.Image, config v1.Config) v1.Image {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, config
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// WriteArchive writes img as `docker save` does, tagged with names, to path.
+func WriteArchive(t testing.TB, path string, img v1.Image, names ...string) {
+	t.Helper()
+	refs := map[name.Reference]v1.Image{}
+	for _, n := range names {
+		tag, err := name.NewTag(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[tag] = img
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.MultiRefWriteToFile(path, refs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartRegistry starts a registry on 127.0.0.1 for the test's life and
+// returns its host:port.
+func StartRegistry(t testing.TB) string {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// Push pushes img to ref (host:port/repository:tag of a test registry).
+func Push(t testing.TB, ref string, img v1.Image) {
+	t.Helper()
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatalf("pushing %s: %v", ref, err)
+	}
+}
