@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testimage"
 )
 
 func main() {
@@ -65,6 +66,11 @@ func run(ctx context.Context, replicas int) error {
 		os.RemoveAll(work)
 	}()
 
+	// The app runs from busybox, imported at start as a user would bring
+	// it to a machine without a registry.
+	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
+		return err
+	}
 	cold, err := testenv.StartUp(ctx, bin, args)
 	if err != nil {
 		return err
@@ -101,7 +107,7 @@ func run(ctx context.Context, replicas int) error {
 			steps = append(steps, []string{"label", "namespace", ns, "steadyplane.io/readiness-gates=on"})
 		}
 		steps = append(steps,
-			[]string{"-n", ns, "create", "deployment", "web", "--image=local/python", "--replicas=" + strconv.Itoa(replicas), "--port=8080", "--", "sh", "-c", "sleep 3; exec python3 -m http.server 8080"},
+			[]string{"-n", ns, "create", "deployment", "web", "--image=" + testimage.BusyboxName, "--replicas=" + strconv.Itoa(replicas), "--port=8080", "--", "sh", "-c", "sleep 3; echo ok > index.html; exec httpd -f -p 8080"},
 			[]string{"-n", ns, "patch", "deployment", "web", "-p", `{"spec":{"strategy":{"rollingUpdate":{"maxUnavailable":0,"maxSurge":1}}}}`},
 			[]string{"-n", ns, "rollout", "status", "deployment/web", "--timeout=300s"})
 		for _, s := range steps {

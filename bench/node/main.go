@@ -155,7 +155,7 @@ func measureRuntime(ctx context.Context, rt string, n, load int, sample time.Dur
 func pod(name, group, node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": group}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: node, TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3600"},
 		}}},
 	}

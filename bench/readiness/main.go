@@ -118,7 +118,7 @@ func run(n, load int, sample time.Duration) error {
 func pod(name, group, node string, readiness *corev1.Probe) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": group}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: node, TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3600"}, ReadinessProbe: readiness,
 		}}},
 	}

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 // ControlPlaneOptions returns control plane options for a test: the given data
@@ -64,6 +67,12 @@ func StartControlPlane(ctx context.Context, o controlplane.Options) (*controlpla
 		return nil, err
 	}
 	if err := cp.WaitAPIServerReady(ctx); err != nil {
+		cp.Stop()
+		cp.Close()
+		return nil, err
+	}
+	// The node's test pods run host programs: the host runtime class.
+	if err := ensureHostRuntimeClass(ctx, cp); err != nil {
 		cp.Stop()
 		cp.Close()
 		return nil, err
@@ -128,3 +137,15 @@ func CleanNode(rootDir string) {
 		}
 	}
 }
+
+func ensureHostRuntimeClass(ctx context.Context, cp *controlplane.ControlPlane) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	return controlplane.EnsureHostRuntimeClass(ctx, kubernetes.NewForConfigOrDie(cfg))
+}
+
+// HostRoot is the runtime class of test pods that run the host's programs
+// (python3, sh, sleep) instead of an image.
+func HostRoot() *string { return ptr.To(runtime.HostRuntimeClass) }

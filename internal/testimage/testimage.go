@@ -7,6 +7,7 @@ package testimage
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -36,21 +37,26 @@ const BusyboxBinary = "/bin/busybox"
 // their busybox image under it, so the walkthroughs run offline as written.
 const BusyboxName = "busybox:1.36"
 
-// Busybox returns an image of busybox with every applet in /bin, an
-// /etc/passwd and /etc/group with root and nobody (65534), a sticky /tmp,
-// PATH set and "sh" as its command.
-func Busybox(t testing.TB) v1.Image {
+// RequireBusybox ends t when this machine cannot build the busybox image
+// (a failure in CI, a skip elsewhere).
+func RequireBusybox(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(BusyboxBinary); err != nil {
 		testci.CannotRun(t, "test images are made of Debian's busybox-static (apt-get install busybox-static): %v", err)
 	}
+}
+
+// Busybox returns an image of busybox with every applet in /bin, an
+// /etc/passwd and /etc/group with root and nobody (65534), a sticky /tmp,
+// PATH set and "sh" as its command.
+func Busybox() (v1.Image, error) {
 	out, err := exec.Command(BusyboxBinary, "--list").Output()
 	if err != nil {
-		t.Fatalf("busybox --list: %v", err)
+		return nil, fmt.Errorf("busybox --list (Debian's busybox-static): %w", err)
 	}
 	bin, err := os.ReadFile(BusyboxBinary)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	files := []File{
 		{Name: "bin/", Mode: 0o755},
@@ -66,7 +72,17 @@ func Busybox(t testing.TB) v1.Image {
 			files = append(files, File{Name: "bin/" + applet, Link: "busybox"})
 		}
 	}
-	return Image(t, v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}, files)
+	return Image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}, files)
+}
+
+// BusyboxArchive writes the busybox image, named BusyboxName, as a `docker
+// save` archive at path: what a test drops into up's <data-dir>/images.
+func BusyboxArchive(path string) error {
+	img, err := Busybox()
+	if err != nil {
+		return err
+	}
+	return WriteArchive(path, img, BusyboxName)
 }
 
 // File is one entry of a test image's layer: a directory when Name ends in
@@ -80,8 +96,7 @@ type File struct {
 }
 
 // Image returns an image of one layer of files with config.
-func Image(t testing.TB, config v1.Config, files []File) v1.Image {
-	t.Helper()
+func Image(config v1.Config, files []File) (v1.Image, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mtime := time.Unix(1700000000, 0)
@@ -96,63 +111,55 @@ func Image(t testing.TB, config v1.Config, files []File) v1.Image {
 			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.Body))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if hdr.Typeflag == tar.TypeReg {
 			if _, err := tw.Write(f.Body); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	b := buf.Bytes()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return WithConfig(t, img, config)
+	return WithConfig(img, config)
 }
 
 // WithConfig returns img with config as its runtime configuration, for
 // linux on this machine's architecture.
-func WithConfig(t testing.TB, img v1.Image, config v1.Config) v1.Image {
-	t.Helper()
+func WithConfig(img v1.Image, config v1.Config) (v1.Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, config
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return mutate.ConfigFile(img, cf)
 }
 
 // WriteArchive writes img as `docker save` does, tagged with names, to path.
-func WriteArchive(t testing.TB, path string, img v1.Image, names ...string) {
-	t.Helper()
+func WriteArchive(path string, img v1.Image, names ...string) error {
 	refs := map[name.Reference]v1.Image{}
 	for _, n := range names {
 		tag, err := name.NewTag(n)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		refs[tag] = img
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := tarball.MultiRefWriteToFile(path, refs); err != nil {
-		t.Fatal(err)
-	}
+	return tarball.MultiRefWriteToFile(path, refs)
 }
 
 // StartRegistry starts a registry on 127.0.0.1 for the test's life and
@@ -165,13 +172,13 @@ func StartRegistry(t testing.TB) string {
 }
 
 // Push pushes img to ref (host:port/repository:tag of a test registry).
-func Push(t testing.TB, ref string, img v1.Image) {
-	t.Helper()
+func Push(ref string, img v1.Image) error {
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := remote.Write(r, img); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
+		return fmt.Errorf("pushing %s: %w", ref, err)
 	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
@@ -178,6 +179,12 @@ func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (co
 	bin, dataDir, ports, ctx := Setup(t, timeout)
 	work := filepath.Dir(dataDir)
 	dataDir = filepath.Join(work, ".steadyplane")
+	// The walkthroughs run busybox:1.36; offline, it comes as an archive
+	// dropped where up imports images at start.
+	testimage.RequireBusybox(t)
+	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
 	up := Start(t, bin, dataDir, ports, upArgs...)
 	up.WaitUp(t, 4*time.Minute)
 	t.Cleanup(func() { up.Stop(t) })

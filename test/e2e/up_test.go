@@ -218,14 +218,15 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 		t.Errorf("the pod's token authenticates as %q, want system:serviceaccount:default:default", whoami)
 	}
 
-	var hostname, listing, logged bool
+	var hostname, listing, logged, isolated bool
 	for _, l := range run("pod", pods) {
 		hostname = hostname || l == "hello"
-		listing = listing || strings.Contains(l, "<title>Directory listing for /</title>")
-		logged = logged || strings.Contains(l, `"GET / HTTP/1.1" 200`)
+		listing = listing || strings.Contains(l, "<title>hello</title>")
+		logged = logged || strings.HasSuffix(l, "response:200")
+		isolated = isolated || strings.Contains(l, "can't open '/etc/shadow': No such file or directory")
 	}
-	if !hostname || !listing || !logged {
-		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v; want all", hostname, listing, logged)
+	if !hostname || !listing || !logged || !isolated {
+		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v; want all", hostname, listing, logged, isolated)
 	}
 
 	var gets []string

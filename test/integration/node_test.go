@@ -118,7 +118,7 @@ func TestNodeAgent(t *testing.T) {
 	})
 
 	t.Run("a crash-looping container backs off and reports its exit", func(t *testing.T) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crash"}, Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crash"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sh", "-c", "echo the end; exit 3"}, TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}}}}
 		created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -144,7 +144,7 @@ func TestNodeAgent(t *testing.T) {
 	})
 
 	t.Run("an agent killed: the node goes unreachable, pods keep running; restarted, it runs each container exactly once", func(t *testing.T) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Spec: corev1.PodSpec{NodeName: o.NodeName, Containers: []corev1.Container{{
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3601"},
 		}}}}
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -225,7 +225,7 @@ func TestNodeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("py-%d", i)}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &shortGrace,
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("py-%d", i)}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, TerminationGracePeriodSeconds: &shortGrace,
 				Volumes: []corev1.Volume{
 					{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}},
 					{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "web-secret", DefaultMode: &mode}}},
@@ -273,7 +273,7 @@ func TestNodeAgent(t *testing.T) {
 			}
 		}
 
-		hog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hog"}, Spec: corev1.PodSpec{NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
+		hog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hog"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "hog", Image: "local/python", Command: []string{"/usr/bin/python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"},
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("50Mi")}}}}}}
 		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
@@ -319,7 +319,7 @@ func TestNodeAgent(t *testing.T) {
 	t.Run("a RestartPolicy Never pod stopped with the agent does not run again", func(t *testing.T) {
 		runsDir := t.TempDir()
 		runs := filepath.Join(runsDir, "runs")
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "once"}, Spec: corev1.PodSpec{NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "once"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, RestartPolicy: corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("runs", runsDir)},
 			Containers: []corev1.Container{{Name: "c", Image: "local", Command: []string{"sh", "-c", "echo run >> /runs/runs; exec sleep 3602"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "runs", MountPath: "/runs"}}}}}}
@@ -349,7 +349,7 @@ func TestNodeAgent(t *testing.T) {
 		kill, ready := filepath.Join(dir, "kill-me"), filepath.Join(dir, "ready")
 		grace := int64(30)
 		flags := []corev1.VolumeMount{{Name: "flags", MountPath: "/flags"}}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow-kill"}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &grace,
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "slow-kill"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, TerminationGracePeriodSeconds: &grace,
 			Volumes: []corev1.Volume{hostDir("flags", dir)},
 			Containers: []corev1.Container{
 				{Name: "stubborn", Image: "local", Command: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, VolumeMounts: flags,
@@ -420,7 +420,7 @@ func TestNodeAgent(t *testing.T) {
 		web := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"steadyplane.io/load-balancer-port": port, "steadyplane.io/load-balancer-path": "/health.txt"}},
 			// The host's network: the gate checks the pod's address, the node's here.
-			Spec: corev1.PodSpec{NodeName: o.NodeName, HostNetwork: true, TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("www", www)},
+			Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, HostNetwork: true, TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("www", www)},
 				Containers: []corev1.Container{{
 					Name: "web", Image: "local/python", WorkingDir: "/www", Command: []string{"python3", "-m", "http.server", port, "--bind", "127.0.0.1"},
 					VolumeMounts: []corev1.VolumeMount{{Name: "www", MountPath: "/www"}},
@@ -627,7 +627,7 @@ func restartNodeAgent(t *testing.T, cp *controlplane.ControlPlane, sig syscall.S
 func gatedPod(name string, gates ...string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{NodeName: "steadyplane", TerminationGracePeriodSeconds: &shortGrace, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: "steadyplane", TerminationGracePeriodSeconds: &shortGrace, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3600"},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1},
 		}}},

@@ -33,7 +33,7 @@ import (
 // and that the node API itself lets only authorized callers in.
 func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, o controlplane.Options, dir string, cs kubernetes.Interface) {
 	pods := cs.CoreV1().Pods("default")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-py"}, Spec: corev1.PodSpec{NodeName: o.NodeName, TerminationGracePeriodSeconds: &shortGrace,
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-py"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, TerminationGracePeriodSeconds: &shortGrace,
 		Containers: []corev1.Container{{Name: "web", Image: "local/python", Command: []string{"/usr/bin/python3", "-u", "-m", "http.server", "8080"}, WorkingDir: "/",
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}}}}
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -287,9 +287,15 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 			reason = ReasonCreateContainerConfigError
 		}
 		var acts []action
-		// One event per error, not one per retry.
+		// One event per error, not one per retry. An image's failure has
+		// its own event already (Failed to pull, Back-off pulling): this
+		// one names the reason, as the kubelet's "Error: ErrImagePull".
 		if s.waiting == nil || s.waiting.Message != ev.err.Error() {
-			acts = append(acts, recordEvent(corev1.EventTypeWarning, "Failed", "Error: %v", ev.err))
+			if r := imageReason(ev.err); r != "" {
+				acts = append(acts, recordEvent(corev1.EventTypeWarning, "Failed", "Error: %s", r))
+			} else {
+				acts = append(acts, recordEvent(corev1.EventTypeWarning, "Failed", "Error: %v", ev.err))
+			}
 		}
 		s.phase = phaseBackingOff
 		s.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: ev.err.Error()}

@@ -66,6 +66,10 @@ func lifecycleRows() []lifecycleRow {
 	runErr := errors.New(`exec: "server": executable file not found`)
 	configErr := fmt.Errorf("%w: env X: values from Secrets are not supported", errConfig)
 	setupErr := waitingFor(ReasonContainerCreating, "setting up the pod network: no addresses left")
+	pullErr := &imageError{ReasonErrImagePull, errors.New(`Failed to pull image "127.0.0.1:5000/app:v1": MANIFEST_UNKNOWN`)}
+	pullBackOff := &imageError{ReasonImagePullBackOff, errors.New(`Back-off pulling image "127.0.0.1:5000/app:v1"`)}
+	neverPull := &imageError{ReasonErrImageNeverPull, errors.New(`Container image "app:v1" is not present with pull policy of Never`)}
+	invalidName := &imageError{ReasonInvalidImageName, errors.New(`Failed to apply default image tag "App": couldn't parse image name "App": invalid reference format`)}
 	crashLoop := func(delay string) *corev1.ContainerStateWaiting {
 		return waitingFor(ReasonCrashLoopBackOff, "back-off "+delay+" restarting failed container=c pod=p_ns(uid-1)")
 	}
@@ -117,6 +121,22 @@ func lifecycleRows() []lifecycleRow {
 			in(phaseStarting, c), event{kind: evStartFailed, err: configErr},
 			in(phaseBackingOff, lifecycle{waiting: waitingFor(ReasonCreateContainerConfigError, configErr.Error()), notBefore: lcNow.Add(10 * time.Second)}),
 			[]string{"Warning Failed: Error: " + configErr.Error()}},
+		{"an image that cannot be pulled waits with ErrImagePull, the event naming the reason; the runtime was not asked",
+			in(phaseStarting, c), event{kind: evStartFailed, err: pullErr},
+			in(phaseBackingOff, lifecycle{waiting: waitingFor(ReasonErrImagePull, pullErr.Error()), notBefore: lcNow.Add(10 * time.Second)}),
+			[]string{"Warning Failed: Error: ErrImagePull"}},
+		{"a pull in its backoff waits with ImagePullBackOff",
+			in(phaseStarting, lifecycle{waiting: waitingFor(ReasonErrImagePull, pullErr.Error())}), event{kind: evStartFailed, err: pullBackOff},
+			in(phaseBackingOff, lifecycle{waiting: waitingFor(ReasonImagePullBackOff, pullBackOff.Error()), notBefore: lcNow.Add(10 * time.Second)}),
+			[]string{"Warning Failed: Error: ImagePullBackOff"}},
+		{"an image not present with pull policy Never waits with ErrImageNeverPull",
+			in(phaseStarting, c), event{kind: evStartFailed, err: neverPull},
+			in(phaseBackingOff, lifecycle{waiting: waitingFor(ReasonErrImageNeverPull, neverPull.Error()), notBefore: lcNow.Add(10 * time.Second)}),
+			[]string{"Warning Failed: Error: ErrImageNeverPull"}},
+		{"an image name that is no reference waits with InvalidImageName",
+			in(phaseStarting, c), event{kind: evStartFailed, err: invalidName},
+			in(phaseBackingOff, lifecycle{waiting: waitingFor(ReasonInvalidImageName, invalidName.Error()), notBefore: lcNow.Add(10 * time.Second)}),
+			[]string{"Warning Failed: Error: InvalidImageName"}},
 
 		// Liveness.
 		{"liveness kill: a container failing its liveness probe is stopped, and restarted when it has ended",
