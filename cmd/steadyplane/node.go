@@ -110,22 +110,27 @@ func newNodeCommand() *cobra.Command {
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Run a node agent: registers a Node and runs its pods under runc with their own network",
+		Short: "Run a node agent: registers a Node and runs its pods from their images under runc, with their own network",
 		Long: `Run steadyplane's node agent. It registers a Node, renews its Lease, and runs the pods
 bound to it (and static pods from --pod-manifest-path). Probes, restart policy, crash-loop
 backoff and pod conditions follow the kubelet; a pod is Ready when its containers are ready
 and every readiness gate's condition is True (Pod Ready++).
 
 With --runtime=runc (auto picks it when the agent is root and runc is installed) each
-container runs under runc: a root filesystem of read-only binds of the host's /usr, /etc,
-/lib*, /bin, /sbin, /opt with a private /tmp, its own mount and PID namespaces, the pod's
-network, IPC and UTS namespaces; runAsUser/Group, runAsNonRoot, readOnlyRootFilesystem,
-privileged, capabilities; memory and cpu limits (over its memory limit a container ends
-OOMKilled); hostPath, emptyDir, configMap, secret, downwardAPI and projected volumes. Each
-non-hostNetwork pod gets an address from --pod-cidr through the CNI plugins (bridge,
-host-local, portmap, loopback in /usr/lib/cni). The image is not pulled: command and args
-run from the host's system directories. Containers outlive an agent crash and a restarted
-agent adopts them: no restart, same addresses.
+container runs under runc with its image as its root filesystem: pulled by imagePullPolicy
+with the pod's imagePullSecrets (plain HTTP only to loopback registries and
+--insecure-registry), or imported from archives (steadyplane images import, or
+--image-import-dir at start); layers unpacked once into --image-store and stacked by
+overlayfs under a writable layer of the container's own. Its own mount and PID namespaces,
+the pod's network, IPC and UTS namespaces; the image's user and runAsUser/Group,
+runAsNonRoot, readOnlyRootFilesystem, privileged, capabilities; memory and cpu limits (over
+its memory limit a container ends OOMKilled); hostPath, emptyDir, configMap, secret,
+downwardAPI and projected volumes. Pods of RuntimeClass steadyplane-host run their command
+from the host's system directories (/usr, /etc, /lib*, /bin, /sbin, /opt, read-only)
+instead of an image: the control plane's static pods. Each non-hostNetwork pod gets an
+address from --pod-cidr through the CNI plugins (bridge, host-local, portmap, loopback in
+/usr/lib/cni). Containers outlive an agent crash and a restarted agent adopts them: no
+restart, same addresses.
 
 With --runtime=process containers are host processes: no isolation, the host's network,
 no volumes; every pod gets a NotIsolated event.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -163,21 +165,39 @@ func WriteArchive(path string, img v1.Image, names ...string) error {
 }
 
 // StartRegistry starts a registry on 127.0.0.1 for the test's life and
-// returns its host:port.
-func StartRegistry(t testing.TB) string {
+// returns its host:port. With login, every pull must authenticate with it
+// (basic auth), as a private registry's.
+func StartRegistry(t testing.TB, login *authn.Basic) string {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	h := http.Handler(reg)
+	if login != nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if u, p, ok := r.BasicAuth(); !ok || u != login.Username || p != login.Password {
+				w.Header().Set("WWW-Authenticate", `Basic realm="steadyplane-test"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+			reg.ServeHTTP(w, r)
+		})
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-// Push pushes img to ref (host:port/repository:tag of a test registry).
-func Push(ref string, img v1.Image) error {
+// Push pushes img to ref (host:port/repository:tag of a test registry),
+// with login if the registry wants one.
+func Push(ref string, img v1.Image, login *authn.Basic) error {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return err
 	}
-	if err := remote.Write(r, img); err != nil {
+	auth := authn.Anonymous
+	if login != nil {
+		auth = login
+	}
+	if err := remote.Write(r, img, remote.WithAuth(auth)); err != nil {
 		return fmt.Errorf("pushing %s: %w", ref, err)
 	}
 	return nil

@@ -392,7 +392,12 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 			Message: "steadyplane node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 		}},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.apiPort()}},
-		NodeInfo:        corev1.NodeSystemInfo{OperatingSystem: goruntime.GOOS, Architecture: goruntime.GOARCH, KubeletVersion: "steadyplane", ContainerRuntimeVersion: a.opts.Runtime.Name() + "://steadyplane"},
+		NodeInfo:        nodeInfo(a.opts.Runtime.Name()),
+	}
+	if a.opts.Images != nil {
+		if imgs, err := a.opts.Images.List(); err == nil {
+			status.Images = nodeImages(imgs)
+		}
 	}
 	a.mu.Lock()
 	node := a.node.DeepCopy()

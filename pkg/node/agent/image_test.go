@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
@@ -182,5 +184,34 @@ func TestRunAsNonRootWithImage(t *testing.T) {
 				t.Errorf("user %+v, want uid %d", cfg.User, tc.wantUID)
 			}
 		})
+	}
+}
+
+func TestOSImage(t *testing.T) {
+	read := func(content string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if p == "/etc/os-release" && content != "" {
+				return []byte(content), nil
+			}
+			return nil, os.ErrNotExist
+		}
+	}
+	if got := osImage(read("NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n")); got != "Debian GNU/Linux 12 (bookworm)" {
+		t.Errorf("osImage = %q", got)
+	}
+	if got := osImage(read("")); got != "Unknown" {
+		t.Errorf("osImage without os-release = %q, want Unknown", got)
+	}
+}
+
+func TestNodeImages(t *testing.T) {
+	var imgs []images.Image
+	for i := range maxNodeImages + 5 {
+		imgs = append(imgs, images.Image{ID: fmt.Sprintf("sha256:%064d", i), Size: int64(i), Names: []string{fmt.Sprintf("example.com/i:%d", i)},
+			RepoDigests: []string{fmt.Sprintf("example.com/i@sha256:%064d", i)}})
+	}
+	got := nodeImages(imgs)
+	if len(got) != maxNodeImages || got[0].SizeBytes != maxNodeImages+4 || got[0].Names[0] != fmt.Sprintf("example.com/i@sha256:%064d", maxNodeImages+4) {
+		t.Errorf("nodeImages: %d images, first %+v; want the %d largest, digests first", len(got), got[0], maxNodeImages)
 	}
 }

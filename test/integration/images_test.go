@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/steadyplane/steadyplane/internal/testimage"
+)
+
+// TestPodsFromImages runs the real API server and node agent with pods whose
+// images come from a private registry on 127.0.0.1: pulled with the pod's
+// image pull secret, run with the image's environment, working directory
+// and user; refused with the kubelet's reasons when they cannot be had; and
+// listed in the Node's status.
+func TestPodsFromImages(t *testing.T) {
+	testimage.RequireBusybox(t)
+	ctx, cp, o, _ := startControlPlane(t)
+	if err := cp.Node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.WaitNodeReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("node log:\n%s", cp.Node.LogTail(40))
+		}
+	}()
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	pods := cs.CoreV1().Pods("default")
+
+	login := &authn.Basic{Username: "puller", Password: "s3cret"}
+	host := testimage.StartRegistry(t, login)
+	busybox, err := testimage.Busybox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := testimage.WithConfig(busybox, v1.Config{
+		Env: []string{"PATH=/bin", "GREETING=from-the-image"}, WorkingDir: "/tmp", User: "65534",
+		Cmd: []string{"sh", "-c", `echo "$GREETING $(pwd) $(id -u) $MINE"; exec sleep 3600`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appRef := host + "/team/app:v1"
+	if err := testimage.Push(appRef, app, login); err != nil {
+		t.Fatal(err)
+	}
+	appDigest, _ := app.Digest()
+
+	auth := base64.StdEncoding.EncodeToString([]byte(login.Username + ":" + login.Password))
+	dockerConfig, _ := json.Marshal(map[string]any{"auths": map[string]any{host: map[string]string{"auth": auth}}})
+	if _, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "registry-login"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, image string, policy corev1.PullPolicy, secret bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{
+			NodeName: o.NodeName, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: policy, Env: []corev1.EnvVar{{Name: "MINE", Value: "from-the-pod"}}}},
+		}}
+		if secret {
+			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry-login"}}
+		}
+		return p
+	}
+	status := func(name string) (corev1.ContainerStatus, bool) {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return corev1.ContainerStatus{}, false
+		}
+		return p.Status.ContainerStatuses[0], true
+	}
+	waiting := func(name, reason string) {
+		t.Helper()
+		waitFor(ctx, t, 2*time.Minute, name+" waiting with "+reason, func() (bool, string) {
+			s, ok := status(name)
+			if !ok || s.State.Waiting == nil {
+				return false, fmt.Sprintf("%+v", s.State)
+			}
+			return s.State.Waiting.Reason == reason, s.State.Waiting.Reason + ": " + s.State.Waiting.Message
+		})
+	}
+
+	t.Run("pulled with the pod's secret, run as the image says", func(t *testing.T) {
+		if _, err := pods.Create(ctx, pod("pulled", appRef, corev1.PullIfNotPresent, true), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, 2*time.Minute, "the pulled pod to run", func() (bool, string) {
+			s, _ := status("pulled")
+			return s.State.Running != nil, fmt.Sprintf("%+v", s.State)
+		})
+		s, _ := status("pulled")
+		if want := host + "/team/app@" + appDigest.String(); s.ImageID != want || s.Image != appRef {
+			t.Errorf("status image %q id %q, want %q and %q", s.Image, s.ImageID, appRef, want)
+		}
+		waitFor(ctx, t, 30*time.Second, "the container's first line in its log", func() (bool, string) {
+			out := kubectlOut(ctx, t, cp, "logs", "pulled")
+			return strings.TrimSpace(out) == "from-the-image /tmp 65534 from-the-pod", out
+		})
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=pulled"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reasons []string
+		for _, e := range evs.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		if !slices.Contains(reasons, "Pulling") || !slices.Contains(reasons, "Pulled") {
+			t.Errorf("events %v, want Pulling and Pulled", reasons)
+		}
+	})
+
+	t.Run("without the secret: ErrImagePull, then ImagePullBackOff", func(t *testing.T) {
+		if _, err := pods.Create(ctx, pod("no-login", host+"/team/app:v2", corev1.PullAlways, false), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waiting("no-login", "ErrImagePull")
+		waiting("no-login", "ImagePullBackOff")
+	})
+
+	t.Run("not present with pull policy Never: ErrImageNeverPull", func(t *testing.T) {
+		if _, err := pods.Create(ctx, pod("never", host+"/team/other:v1", corev1.PullNever, true), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waiting("never", "ErrImageNeverPull")
+	})
+
+	t.Run("the Node lists its images", func(t *testing.T) {
+		waitFor(ctx, t, time.Minute, "the Node's status to list the pulled image", func() (bool, string) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, img := range n.Status.Images {
+				if slices.Contains(img.Names, appRef) && img.SizeBytes > 0 {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%v; node info %+v", n.Status.Images, n.Status.NodeInfo)
+		})
+		n, _ := cs.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{})
+		if info := n.Status.NodeInfo; !strings.HasPrefix(info.KubeletVersion, "v1.") || info.OSImage == "" || info.KernelVersion == "" {
+			t.Errorf("node info %+v: want the Kubernetes version, OS image and kernel", info)
+		}
+	})
+}
