@@ -52,7 +52,7 @@ func (cp *ControlPlane) prepareNode() error {
 		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
-		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir}
+		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--seccomp-default"}
 	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
 	if err != nil {
 		return err

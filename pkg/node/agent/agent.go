@@ -88,6 +88,10 @@ type Options struct {
 	// InsecureRegistries may be pulled from over plain HTTP besides those
 	// on loopback addresses ("host" or "host:port").
 	InsecureRegistries []string
+	// SeccompDefault gives containers that name no seccomp profile the
+	// runtime's default one (RuntimeDefault), as the kubelet's
+	// --seccomp-default; without it they run Unconfined.
+	SeccompDefault bool
 }
 
 // Agent is a running node agent.

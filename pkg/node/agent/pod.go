@@ -171,6 +171,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	} else {
 		imgCfg = img.config.Config
 	}
+	var err error
 	cfg := w.containerRef(pod, c)
 	dir := cfg.Dir
 	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, pod.Name, env, spec.WorkingDir
@@ -186,6 +187,15 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 		return cfg, nil
 	}
 	if err := securityConfig(pod, spec, cfg, img); err != nil {
+		return nil, err
+	}
+	if err := checkUnsupported(pod, spec, appArmorEnabled()); err != nil {
+		return nil, err
+	}
+	if cfg.Seccomp, err = seccompProfile(pod, spec, w.opts.SeccompDefault, filepath.Join(w.opts.RootDir, "seccomp")); err != nil {
+		return nil, err
+	}
+	if cfg.Sysctls, err = podSysctls(pod); err != nil {
 		return nil, err
 	}
 	resourceConfig(spec, cfg)

@@ -54,6 +54,17 @@ type Rootfs struct {
 	Layers []string
 }
 
+// Seccomp is a container's seccomp profile.
+type Seccomp struct {
+	// RuntimeDefault is the runtime's default profile (containerd's and
+	// Docker's: an allowlist that grows with the container's capabilities).
+	RuntimeDefault bool
+	// LocalhostProfile is the path of a profile on the node, in Docker's
+	// JSON format, as Kubernetes' Localhost profiles are; used unless
+	// RuntimeDefault.
+	LocalhostProfile string
+}
+
 // User is the identity a container's process runs as.
 type User struct {
 	UID, GID       uint32
@@ -83,6 +94,11 @@ type ContainerConfig struct {
 	// steadyplane-host runtime class, and every container of the process
 	// runtime, which has no root of its own).
 	Rootfs *Rootfs
+	// Seccomp is the container's seccomp profile; nil for none (unconfined).
+	Seccomp *Seccomp
+	// Sysctls are set in the container's namespaces (namespaced sysctls
+	// only; the agent admits them).
+	Sysctls map[string]string
 	// User is nil for the runtime's default (root).
 	User                   *User
 	ReadOnlyRootFilesystem bool

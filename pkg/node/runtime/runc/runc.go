@@ -237,6 +237,9 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		system = nil // the image is the root; nothing of the host
 	}
 	spec := Spec(cfg, system, r.cgroupsPath(cfg.ID))
+	if err := applySeccomp(spec, cfg.Seccomp, cfg.Privileged); err != nil {
+		return nil, err
+	}
 	bundle := filepath.Join(cfg.Dir, bundleDir)
 	rootfs := filepath.Join(bundle, "rootfs")
 	// A run a dead shim left (the agent found none to adopt): gone for good,

@@ -308,7 +308,7 @@ func imageLayers(t *testing.T, dir string) []string {
 	if err := os.WriteFile(base+"/bin/busybox", b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, applet := range []string{"sh", "cat", "ls", "id", "sleep", "touch"} {
+	for _, applet := range []string{"sh", "cat", "ls", "id", "sleep", "touch", "grep"} {
 		if err := os.Symlink("busybox", base+"/bin/"+applet); err != nil {
 			t.Fatal(err)
 		}
@@ -386,5 +386,44 @@ func TestOverlayOptions(t *testing.T) {
 	got, err := overlayOptions([]string{"/l2", "/l1"}, "/u", "/w")
 	if err != nil || got != "lowerdir=/l2:/l1,upperdir=/u,workdir=/w" {
 		t.Errorf("overlayOptions = %q, %v", got, err)
+	}
+}
+
+// TestRuncSeccompAndSysctls: RuntimeDefault puts the container under a
+// seccomp filter (mode 2 in /proc/self/status), a privileged container runs
+// without one, and a pod's sysctl is set in its own network namespace.
+func TestRuncSeccompAndSysctls(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	layers := imageLayers(t, dir)
+	for i, tc := range []struct {
+		name       string
+		privileged bool
+		netns      bool
+		want       string
+	}{
+		{"RuntimeDefault", false, true, "Seccomp:\t2|1"},
+		{"privileged", true, true, "Seccomp:\t0|1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("seccomp-%d", i)
+			sb, err := r.CreateSandbox(id, filepath.Join(dir, id), id, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.RemoveSandbox(sb)
+			cdir := filepath.Join(dir, id, "c")
+			cfg := &runtime.ContainerConfig{ID: id + "_c", Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
+				Argv: []string{"/bin/sh", "-c", "grep ^Seccomp: /proc/self/status; cat /proc/sys/net/ipv4/tcp_syncookies"}, Env: []string{"PATH=/bin"},
+				LogPath: filepath.Join(cdir, "0.log"), Seccomp: &runtime.Seccomp{RuntimeDefault: true}, Privileged: tc.privileged,
+				Sysctls: map[string]string{"net.ipv4.tcp_syncookies": "1"}}
+			c, err := r.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exit := waitDone(t, c, 30*time.Second)
+			if got := strings.Join(logLines(t, cfg.LogPath), "|"); exit.ExitCode != 0 || got != tc.want {
+				t.Errorf("exit %d, output %q; want %q", exit.ExitCode, got, tc.want)
+			}
+		})
 	}
 }

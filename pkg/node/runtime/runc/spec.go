@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -23,7 +24,7 @@ var DefaultCapabilities = []string{
 	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// allCapabilities is what a privileged container gets.
+// allCapabilities are Linux's capabilities, each at its number.
 var allCapabilities = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
@@ -145,6 +146,9 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"}
 		s.Linux.ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 	}
+	if len(cfg.Sysctls) > 0 {
+		s.Linux.Sysctl = cfg.Sysctls
+	}
 	if cfg.MemoryLimit > 0 {
 		limit := cfg.MemoryLimit
 		s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
@@ -167,12 +171,43 @@ func sysOptions(privileged bool) []string {
 	return []string{"nosuid", "noexec", "nodev", "ro"}
 }
 
-// Capabilities returns the capability set of a container: all of them when
-// privileged, else DefaultCapabilities with add added and drop dropped
-// ("ALL" drops every default; names with or without "CAP_").
+// currentCapabilities are the capabilities the node agent's process may
+// pass on (its bounding set), which is what a privileged container gets, as
+// containerd's WithAllCurrentCapabilities: a machine (or a sandbox around
+// it) may withhold some, and asking runc for one it lacks fails the start.
+var currentCapabilities = sync.OnceValue(func() []string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return allCapabilities
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil {
+				return capabilitiesIn(mask)
+			}
+		}
+	}
+	return allCapabilities
+})
+
+// capabilitiesIn returns the names of the capabilities whose bits mask has.
+func capabilitiesIn(mask uint64) []string {
+	var out []string
+	for i, c := range allCapabilities {
+		if mask&(1<<uint(i)) != 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Capabilities returns the capability set of a container: all the agent
+// may give when privileged, else DefaultCapabilities with add added and
+// drop dropped ("ALL" drops every default, and adds all the agent may give;
+// names with or without "CAP_").
 func Capabilities(privileged bool, add, drop []string) []string {
 	if privileged {
-		return append([]string(nil), allCapabilities...)
+		return append([]string(nil), currentCapabilities()...)
 	}
 	set := map[string]bool{}
 	for _, c := range DefaultCapabilities {
@@ -189,7 +224,7 @@ func Capabilities(privileged bool, add, drop []string) []string {
 	}
 	for _, c := range add {
 		if strings.EqualFold(c, "ALL") {
-			for _, a := range allCapabilities {
+			for _, a := range currentCapabilities() {
 				set[a] = true
 			}
 			continue
