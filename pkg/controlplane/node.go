@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	netutils "k8s.io/utils/net"
 
+	"github.com/steadyplane/steadyplane/pkg/node/hostdeps"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
@@ -53,6 +54,17 @@ func (cp *ControlPlane) prepareNode() error {
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
 		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--seccomp-default"}
+	if cp.opts.NodeRuntime != "process" {
+		// The whole product or a clear stop: what the node needs from
+		// the machine is installed (as root, with apt-get) before the
+		// runtime is chosen.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		err := hostdeps.Ensure(ctx, hostdeps.Machine, cp.progressf)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	name, warning, err := runc.Choose(cp.opts.NodeRuntime)
 	if err != nil {
 		return err

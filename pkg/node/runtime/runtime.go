@@ -169,7 +169,8 @@ type Runtime interface {
 
 // Choose decides what --runtime=mode means on this machine, given why runc
 // cannot be used (nil when it can): the runtime's name, and a warning when
-// auto falls back to host processes.
+// it is host processes. auto is runc, and an error where runc cannot be
+// used: host processes are only for who asks for them.
 func Choose(mode string, runcUnavailable error) (name, warning string, err error) {
 	switch mode {
 	case "runc":
@@ -178,10 +179,11 @@ func Choose(mode string, runcUnavailable error) (name, warning string, err error
 		}
 		return "runc", "", nil
 	case "process":
-		return "process", "", nil
+		return "process", "pods run as host processes, NOT isolated (--runtime=process): they share the host's network and files and the agent's user", nil
 	case "auto", "":
+		// Never a quietly lesser node: host processes only when asked for.
 		if runcUnavailable != nil {
-			return "process", fmt.Sprintf("pods run as host processes, NOT isolated (%v): they share the host's network and files and the agent's user; install runc and run as root for isolation", runcUnavailable), nil
+			return "", "", fmt.Errorf("isolated pods need runc, and %v: install it (Debian: apt-get install runc containernetworking-plugins iptables) and run as root, or pass --runtime=process to run pods as host processes, NOT isolated", runcUnavailable)
 		}
 		return "runc", "", nil
 	}

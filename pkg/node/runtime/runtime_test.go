@@ -17,11 +17,11 @@ func TestChoose(t *testing.T) {
 	}{
 		{"auto", nil, "runc", false, false},
 		{"", nil, "runc", false, false},
-		{"auto", missing, "process", true, false},
+		{"auto", missing, "", false, true},
 		{"runc", nil, "runc", false, false},
 		{"runc", missing, "", false, true},
-		{"process", nil, "process", false, false},
-		{"process", missing, "process", false, false},
+		{"process", nil, "process", true, false},
+		{"process", missing, "process", true, false},
 		{"docker", nil, "", false, true},
 	}
 	for _, tc := range cases {

@@ -1,0 +1,52 @@
+package hostdeps
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func probe(have ...string) Probe {
+	found := func(name string) error {
+		if slices.Contains(have, name) {
+			return nil
+		}
+		return errors.New("not found")
+	}
+	return Probe{
+		LookPath:   func(name string) (string, error) { return "/usr/bin/" + name, found(name) },
+		FindPlugin: found,
+	}
+}
+
+func TestMissingAndPlan(t *testing.T) {
+	all := []string{"runc", "iptables", "bridge", "host-local", "loopback", "portmap"}
+	tests := []struct {
+		name       string
+		have       []string
+		root, apt  bool
+		install    []string
+		errHas     string
+		wantErrNil bool
+	}{
+		{name: "everything there: nothing to do", have: all, root: true, apt: true, wantErrNil: true},
+		{name: "a fresh Debian machine as root: install the three packages", have: nil, root: true, apt: true,
+			install: []string{"runc", "containernetworking-plugins", "iptables"}, wantErrNil: true},
+		{name: "only a CNI plugin missing: its package once", have: []string{"runc", "iptables", "bridge", "loopback"}, root: true, apt: true,
+			install: []string{"containernetworking-plugins"}, wantErrNil: true},
+		{name: "not root: stop with the exact command", have: nil, root: false, apt: true,
+			errHas: "sudo apt-get update && apt-get install -y runc containernetworking-plugins iptables"},
+		{name: "no apt-get: stop saying what to install and where", have: []string{"runc"}, root: true, apt: false,
+			errHas: "/usr/lib/cni"},
+	}
+	for _, tc := range tests {
+		install, err := Plan(Missing(probe(tc.have...)), tc.root, tc.apt)
+		if !slices.Equal(install, tc.install) || (err == nil) != tc.wantErrNil || err != nil && !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: install %v, err %v; want %v, error containing %q", tc.name, install, err, tc.install, tc.errHas)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--runtime=process") {
+			t.Errorf("%s: the error does not name --runtime=process: %v", tc.name, err)
+		}
+	}
+}
