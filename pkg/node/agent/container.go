@@ -6,12 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/securitycontext"
-	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
 	"github.com/steadyplane/steadyplane/pkg/logfile"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
@@ -46,74 +44,6 @@ func terminatedReason(exit runtime.Exit) string {
 		return ReasonCompleted
 	}
 	return ReasonError
-}
-
-// defaultPath is the PATH of a container whose image sets none.
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// containerEnv returns the environment of container c of pod: base (its
-// image's environment; a default PATH when it sets none) and HOSTNAME, then
-// c.Env in order with $(VAR) references expanded and the downward API fields
-// the agent knows. It also returns the expansion of $(VAR) references by
-// the container's own variables, for its command and args (as the kubelet,
-// the image's variables are not expanded). Values from Secrets or
-// ConfigMaps are refused.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP, hostIP string, base []string) ([]string, func(string) string, error) {
-	if !slices.ContainsFunc(base, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
-		base = append([]string{defaultPath}, base...)
-	}
-	own := map[string]string{}
-	var order []string
-	set := func(k, v string) {
-		if _, ok := own[k]; !ok {
-			order = append(order, k)
-		}
-		own[k] = v
-	}
-	mapping := expansion.MappingFuncFor(own)
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			set(e.Name, expansion.Expand(e.Value, mapping))
-		case e.ValueFrom.FieldRef != nil:
-			v, err := fieldValue(pod, e.ValueFrom.FieldRef.FieldPath, podIP, hostIP)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: env %s: %v", errConfig, e.Name, err)
-			}
-			set(e.Name, v)
-		default:
-			return nil, nil, fmt.Errorf("%w: env %s: values from Secrets, ConfigMaps and resources are not supported by the steadyplane node agent", errConfig, e.Name)
-		}
-	}
-	if len(c.EnvFrom) > 0 {
-		return nil, nil, fmt.Errorf("%w: envFrom is not supported by the steadyplane node agent", errConfig)
-	}
-	env := make([]string, 0, len(order))
-	for _, k := range order {
-		env = append(env, k+"="+own[k])
-	}
-	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + pod.Name}), env)
-	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
-}
-
-func fieldValue(pod *corev1.Pod, path, podIP, hostIP string) (string, error) {
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.podIP":
-		return podIP, nil
-	case "status.hostIP":
-		return hostIP, nil
-	}
-	return "", fmt.Errorf("field %q is not supported", path)
 }
 
 // securityConfig applies the container's effective security context (the

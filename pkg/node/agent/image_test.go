@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -119,7 +120,7 @@ func TestMergeEnv(t *testing.T) {
 func TestContainerEnvOverImage(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
 	c := &corev1.Container{Env: []corev1.EnvVar{{Name: "LANG", Value: "de"}, {Name: "X", Value: "$(LANG)-$(HOME)"}}}
-	env, expand, err := containerEnv(pod, c, "10.0.0.2", "10.0.0.1", []string{"PATH=/image/bin", "HOME=/root", "LANG=C"})
+	env, expand, err := containerEnv(context.Background(), pod, c, envInputs{podIPs: []string{"10.0.0.2"}, hostIP: "10.0.0.1", base: []string{"PATH=/image/bin", "HOME=/root", "LANG=C"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestContainerEnvOverImage(t *testing.T) {
 	if got := expand("$(X) $$(X) $(NONE)"); got != "de-$(HOME) $(X) $(NONE)" {
 		t.Errorf("expand = %q", got)
 	}
-	env, _, _ = containerEnv(pod, &corev1.Container{}, "", "", nil)
+	env, _, _ = containerEnv(context.Background(), pod, &corev1.Container{}, envInputs{})
 	if env[0] != defaultPath {
 		t.Errorf("without an image PATH: %q, want the default first", env)
 	}

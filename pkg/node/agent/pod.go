@@ -266,10 +266,11 @@ func (w *worker) image(ctx context.Context, pod *corev1.Pod, c *container) (*pul
 
 // env is c's environment over its image's (img, nil for a host root), and
 // the expansion of its command and args.
-func (w *worker) env(pod *corev1.Pod, c *container, img *pulledImage) ([]string, func(string) string, error) {
+func (w *worker) env(ctx context.Context, pod *corev1.Pod, c *container, img *pulledImage) ([]string, func(string) string, error) {
 	var base []string
 	if img != nil {
 		base = img.config.Config.Env
 	}
-	return containerEnv(pod, &c.spec, w.setup.ips[0], w.opts.NodeIP, base)
+	return containerEnv(ctx, pod, &c.spec, envInputs{podIPs: w.setup.ips, hostIP: w.opts.NodeIP, base: base,
+		source: w.host.volumeSource(), allocatable: w.host.allocatable()})
 }

@@ -339,7 +339,7 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 			// The environment was made for the run already, so it is made
 			// again without error; a run adopted with an environment that
 			// cannot be made gets no probes.
-			if env, _, err := w.env(pod, c, c.image); err == nil {
+			if env, _, err := w.env(ctx, pod, c, c.image); err == nil {
 				w.startProbes(ctx, pod, c, env)
 			}
 		case actStopProbes:
@@ -361,7 +361,7 @@ func (w *worker) start(ctx context.Context, pod *corev1.Pod, c *container, now t
 	var env []string
 	var expand func(string) string
 	if err == nil {
-		env, expand, err = w.env(pod, c, img)
+		env, expand, err = w.env(ctx, pod, c, img)
 	}
 	var cfg *runtime.ContainerConfig
 	if err == nil {
@@ -403,7 +403,7 @@ func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now t
 			c.image, _ = w.host.images().present(&c.spec)
 		}
 		cfg.LogPath, cfg.WorkingDir = w.logPath(pod, c), c.spec.WorkingDir
-		if env, _, err := w.env(pod, c, c.image); err == nil && !c.init {
+		if env, _, err := w.env(ctx, pod, c, c.image); err == nil && !c.init {
 			cfg.Env = env
 		}
 	}

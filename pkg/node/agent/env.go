@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/api/v1/resource"
+	"k8s.io/kubernetes/pkg/fieldpath"
+	"k8s.io/kubernetes/third_party/forked/golang/expansion"
+
+	"github.com/steadyplane/steadyplane/pkg/node/volume"
+)
+
+// defaultPath is the PATH of a container whose image sets none.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// envInputs is what a container's environment is made of besides its pod
+// and its spec.
+type envInputs struct {
+	podIPs []string
+	hostIP string
+	// base is the image's environment (nil for a host root).
+	base []string
+	// source reads the ConfigMaps and Secrets env and envFrom name.
+	source volume.Source
+	// allocatable is what resourceFieldRef reports for a limit the
+	// container does not set, as the kubelet does.
+	allocatable corev1.ResourceList
+}
+
+// containerEnv returns the environment of container c of pod, as the
+// kubelet makes it: in.base (its image's; a default PATH when it sets none)
+// and HOSTNAME, then the container's envFrom sources in order (each key
+// with its prefix; keys that are no variable name are left out), then its
+// env in order, each value with $(VAR) references to the variables before
+// it expanded ($$ escapes), or from a ConfigMap or Secret key, a field of
+// the pod or a resource of a container. It also returns the expansion by
+// the container's own variables, for its command and args (the image's are
+// not expanded, as the kubelet).
+func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in envInputs) ([]string, func(string) string, error) {
+	base := in.base
+	if !slices.ContainsFunc(base, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		base = append([]string{defaultPath}, base...)
+	}
+	own := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := own[k]; !ok {
+			order = append(order, k)
+		}
+		own[k] = v
+	}
+	for _, from := range c.EnvFrom {
+		data, err := envFromData(ctx, pod.Namespace, from, in.source)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			name := from.Prefix + k
+			if errs := validation.IsEnvVarName(name); len(errs) > 0 {
+				klog.InfoS("Leaving out an envFrom key that is no variable name", "pod", klog.KObj(pod), "container", c.Name, "key", name)
+				continue
+			}
+			set(name, data[k])
+		}
+	}
+	mapping := expansion.MappingFuncFor(own)
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			set(e.Name, expansion.Expand(e.Value, mapping))
+			continue
+		}
+		v, ok, err := envValueFrom(ctx, pod, c, e, in)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: env %s: %v", errConfig, e.Name, err)
+		}
+		if ok {
+			set(e.Name, v)
+		}
+	}
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, k+"="+own[k])
+	}
+	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + pod.Name}), env)
+	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
+}
+
+// envFromData returns the data of an envFrom source; an optional one that
+// does not exist gives none.
+func envFromData(ctx context.Context, ns string, from corev1.EnvFromSource, src volume.Source) (map[string]string, error) {
+	switch {
+	case from.ConfigMapRef != nil:
+		cm, err := getConfigMap(ctx, src, ns, from.ConfigMapRef.Name)
+		if apierrors.IsNotFound(err) && optional(from.ConfigMapRef.Optional) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: envFrom: %v", errConfig, err)
+		}
+		return cm.Data, nil
+	case from.SecretRef != nil:
+		s, err := getSecret(ctx, src, ns, from.SecretRef.Name)
+		if apierrors.IsNotFound(err) && optional(from.SecretRef.Optional) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: envFrom: %v", errConfig, err)
+		}
+		out := make(map[string]string, len(s.Data))
+		for k, v := range s.Data {
+			out[k] = string(v)
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// envValueFrom returns the value of an env entry with valueFrom; false for
+// an optional key that is not there (the variable is left out).
+func envValueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, e corev1.EnvVar, in envInputs) (string, bool, error) {
+	from := e.ValueFrom
+	switch {
+	case from.FieldRef != nil:
+		v, err := fieldValue(pod, from.FieldRef.FieldPath, in.podIPs, in.hostIP)
+		return v, err == nil, err
+	case from.ResourceFieldRef != nil:
+		name := from.ResourceFieldRef.ContainerName
+		if name == "" {
+			name = c.Name
+		}
+		v, err := resource.ExtractResourceValueByContainerNameAndNodeAllocatable(from.ResourceFieldRef, pod, name, in.allocatable)
+		return v, err == nil, err
+	case from.ConfigMapKeyRef != nil:
+		ref := from.ConfigMapKeyRef
+		cm, err := getConfigMap(ctx, in.source, pod.Namespace, ref.Name)
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, err
+		}
+		v, ok := cm.Data[ref.Key]
+		if !ok && !optional(ref.Optional) {
+			return "", false, fmt.Errorf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)
+		}
+		return v, ok, nil
+	case from.SecretKeyRef != nil:
+		ref := from.SecretKeyRef
+		s, err := getSecret(ctx, in.source, pod.Namespace, ref.Name)
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, err
+		}
+		v, ok := s.Data[ref.Key]
+		if !ok && !optional(ref.Optional) {
+			return "", false, fmt.Errorf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)
+		}
+		return string(v), ok, nil
+	}
+	return "", false, fmt.Errorf("no value source the steadyplane node agent knows")
+}
+
+func optional(b *bool) bool { return b != nil && *b }
+
+func getConfigMap(ctx context.Context, src volume.Source, ns, name string) (*corev1.ConfigMap, error) {
+	if src == nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s: this pod's node reads no ConfigMaps (a static pod without an API server)", ns, name)
+	}
+	return src.ConfigMap(ctx, ns, name)
+}
+
+func getSecret(ctx context.Context, src volume.Source, ns, name string) (*corev1.Secret, error) {
+	if src == nil {
+		return nil, fmt.Errorf("Secret %s/%s: this pod's node reads no Secrets (a static pod without an API server)", ns, name)
+	}
+	return src.Secret(ctx, ns, name)
+}
+
+// fieldValue is a pod field as the kubelet gives it to env: the status and
+// spec fields it knows itself, the rest (metadata, labels['k'],
+// annotations['k']) by upstream's field paths.
+func fieldValue(pod *corev1.Pod, path string, podIPs []string, hostIP string) (string, error) {
+	switch path {
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP":
+		if len(podIPs) == 0 {
+			return "", nil
+		}
+		return podIPs[0], nil
+	case "status.podIPs":
+		return strings.Join(podIPs, ","), nil
+	case "status.hostIP", "status.hostIPs":
+		return hostIP, nil
+	}
+	return fieldpath.ExtractFieldPathAsString(pod, path)
+}
