@@ -205,6 +205,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.StringVar(&imageStore, "image-store", "", "Directory of the node's image store (default <root-dir>/image-store): pulled and imported images, each layer unpacked once.")
 	fs.StringVar(&imageImportDir, "image-import-dir", "", "Directory whose image archives (docker save or OCI, *.tar, *.tar.gz) are imported at start; empty for none. `up` uses <data-dir>/images.")
+	fs.Int64Var(&o.PodPidsLimit, "pod-max-pids", 0, "Most processes and threads each container may have (cgroup pids.max), as the kubelet's --pod-max-pids; 0 for no limit. `up` sets 4096.")
 	fs.BoolVar(&o.SeccompDefault, "seccomp-default", false, "Give containers that name no seccomp profile RuntimeDefault (Docker's and containerd's default filter) instead of Unconfined, as the kubelet's flag. Localhost profiles are read from <root-dir>/seccomp.")
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")

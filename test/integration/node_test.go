@@ -465,7 +465,7 @@ func TestNodeAgent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		manifest := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-web\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"3600\"]\n"
+		manifest := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-web\nspec:\n  runtimeClassName: steadyplane-host\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"3600\"]\n"
 		write("web.yaml", manifest)
 		write("broken.yaml", "kind: [")
 		var firstUID types.UID
@@ -512,7 +512,7 @@ func TestNodeAgent(t *testing.T) {
 			}
 		}
 		manifest := func(name, seconds string) string {
-			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"" + seconds + "\"]\n"
+			return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  runtimeClassName: steadyplane-host\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: local\n    command: [sleep, \"" + seconds + "\"]\n"
 		}
 		running := func(seconds string) int { return countProcesses("sleep\x00" + seconds) }
 		defer func() {
@@ -534,7 +534,7 @@ func TestNodeAgent(t *testing.T) {
 		})
 		// What a startup monitor reads while the API server is down: start
 		// attempts, and a crash loop's exit code and termination message.
-		write("crash.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crash\nspec:\n  containers:\n  - name: c\n    image: local\n    command: [sh, -c, 'echo unknown flag --no-such-flag > /dev/termination-log; exit 1']\n")
+		write("crash.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crash\nspec:\n  runtimeClassName: steadyplane-host\n  containers:\n  - name: c\n    image: local\n    command: [sh, -c, 'echo unknown flag --no-such-flag > /dev/termination-log; exit 1']\n")
 		waitFor(ctx, t, 30*time.Second, "the crash loop in the local record", func() (bool, string) {
 			rec := localRecord(ctx, t, o, "crash-"+o.NodeName)
 			if rec == nil || len(rec.Status.ContainerStatuses) != 1 {

@@ -88,6 +88,10 @@ type Options struct {
 	// InsecureRegistries may be pulled from over plain HTTP besides those
 	// on loopback addresses ("host" or "host:port").
 	InsecureRegistries []string
+	// PodPidsLimit caps each container's processes and threads (cgroup
+	// pids.max), so that one pod's fork bomb cannot exhaust the node's; 0
+	// for none.
+	PodPidsLimit int64
 	// SeccompDefault gives containers that name no seccomp profile the
 	// runtime's default one (RuntimeDefault), as the kubelet's
 	// --seccomp-default; without it they run Unconfined.

@@ -93,7 +93,7 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 	for _, k := range order {
 		env = append(env, k+"="+own[k])
 	}
-	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + pod.Name}), env)
+	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + podHostname(pod)}), env)
 	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/qos"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -48,7 +49,7 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		w.host.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user, and gets no service-account token mounted", rt.Name())
 	}
 	if w.setup.sandbox == nil {
-		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), pod.Name, pod.Spec.HostNetwork)
+		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), podHostname(pod), pod.Spec.HostNetwork)
 		if err != nil {
 			return fmt.Errorf("creating the pod sandbox: %w", err)
 		}
@@ -126,7 +127,7 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 	var hosts strings.Builder
 	hosts.WriteString("# Kubernetes-managed hosts file (steadyplane).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	if !pod.Spec.HostNetwork {
-		fmt.Fprintf(&hosts, "%s\t%s\n", ip, pod.Name)
+		fmt.Fprintf(&hosts, "%s\t%s\n", ip, podHostname(pod))
 	}
 	for _, h := range pod.Spec.HostAliases {
 		fmt.Fprintf(&hosts, "%s\t%s\n", h.IP, strings.Join(h.Hostnames, "\t"))
@@ -140,7 +141,7 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 		data       []byte
 	}{
 		{"hosts", "/etc/hosts", []byte(hosts.String())},
-		{"hostname", "/etc/hostname", []byte(pod.Name + "\n")},
+		{"hostname", "/etc/hostname", []byte(podHostname(pod) + "\n")},
 		{"resolv.conf", "/etc/resolv.conf", resolv},
 	}
 	var mounts []runtime.Mount
@@ -174,7 +175,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	var err error
 	cfg := w.containerRef(pod, c)
 	dir := cfg.Dir
-	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, pod.Name, env, spec.WorkingDir
+	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, podHostname(pod), env, spec.WorkingDir
 	if cfg.WorkingDir == "" {
 		cfg.WorkingDir = imgCfg.WorkingDir
 	}
@@ -199,6 +200,9 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 		return nil, err
 	}
 	resourceConfig(spec, cfg)
+	cfg.PidsLimit = w.opts.PodPidsLimit
+	memory := w.host.allocatable()[corev1.ResourceMemory]
+	cfg.OOMScoreAdj = qos.GetContainerOOMScoreAdjust(pod, spec, memory.Value())
 	mounts, err := w.setup.volumes.Mounts(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
@@ -273,4 +277,21 @@ func (w *worker) env(ctx context.Context, pod *corev1.Pod, c *container, img *pu
 	}
 	return containerEnv(ctx, pod, &c.spec, envInputs{podIPs: w.setup.ips, hostIP: w.opts.NodeIP, base: base,
 		source: w.host.volumeSource(), allocatable: w.host.allocatable()})
+}
+
+// maxHostnameLen is the longest host name Linux takes (HOST_NAME_MAX).
+const maxHostnameLen = 63
+
+// podHostname is the pod's host name as the kubelet makes it: its
+// spec.hostname, else its name, cut to 63 characters without a trailing
+// "-" or "." (a longer name made sethostname fail).
+func podHostname(pod *corev1.Pod) string {
+	h := pod.Name
+	if pod.Spec.Hostname != "" {
+		h = pod.Spec.Hostname
+	}
+	if len(h) > maxHostnameLen {
+		h = strings.TrimRight(h[:maxHostnameLen], "-.")
+	}
+	return h
 }

@@ -3,9 +3,11 @@ package agent
 import (
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -95,5 +97,26 @@ func TestPodSysctls(t *testing.T) {
 	}
 	if _, err := podSysctls(pod(true, corev1.Sysctl{Name: "net.ipv4.tcp_syncookies", Value: "1"})); !errors.Is(err, errConfig) {
 		t.Errorf("a network sysctl on the host's network: %v, want refused", err)
+	}
+}
+
+// TestPodHostname: the kubelet's host name, cut to what sethostname takes
+// (the conformance suite's pods with names over 63 characters).
+func TestPodHostname(t *testing.T) {
+	long := strings.Repeat("a", 62) + "-b" + strings.Repeat("c", 10)
+	tests := []struct {
+		name, hostname, want string
+	}{
+		{"web-0", "", "web-0"},
+		{"web-0", "custom", "custom"},
+		{strings.Repeat("x", 70), "", strings.Repeat("x", 63)},
+		{long, "", strings.Repeat("a", 62)}, // cut at the "-": trimmed
+		{strings.Repeat("y", 62) + ".zzz", "", strings.Repeat("y", 62)},
+	}
+	for _, tc := range tests {
+		got := podHostname(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: corev1.PodSpec{Hostname: tc.hostname}})
+		if got != tc.want {
+			t.Errorf("podHostname(%q, %q) = %q, want %q", tc.name, tc.hostname, got, tc.want)
+		}
 	}
 }

@@ -90,6 +90,11 @@ func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
 // containerStatus reports c as the Pod API shows it.
 func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	s := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts}
+	if r := c.spec.Resources; len(r.Limits) > 0 || len(r.Requests) > 0 {
+		// The resources the container runs with: its spec's, which the
+		// runtime applied (clients of in-place resize read them here).
+		s.Resources = &corev1.ResourceRequirements{Limits: r.Limits.DeepCopy(), Requests: r.Requests.DeepCopy()}
+	}
 	if c.image != nil {
 		// As the kubelet shows them: the image's full name and its content.
 		if _, name, err := images.Normalize(c.spec.Image); err == nil {

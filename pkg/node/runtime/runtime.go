@@ -110,6 +110,12 @@ type ContainerConfig struct {
 	// MemoryLimit in bytes and CPUMillis in thousandths of a CPU; 0 for none.
 	MemoryLimit int64
 	CPUMillis   int64
+	// PidsLimit caps the container's processes and threads; 0 for none.
+	PidsLimit int64
+	// OOMScoreAdj is the container's oom_score_adj (-1000..1000), by its
+	// pod's QoS as the kubelet sets it: -997 for node-critical and
+	// Guaranteed pods, 1000 for BestEffort.
+	OOMScoreAdj int
 	// DieWithAgent ends the container when the agent dies (process runtime
 	// only: runc containers outlive an agent crash and are adopted).
 	DieWithAgent bool

@@ -146,6 +146,13 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"}
 		s.Linux.ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 	}
+	if cfg.PidsLimit > 0 {
+		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &cfg.PidsLimit}
+	}
+	if cfg.OOMScoreAdj != 0 {
+		adj := cfg.OOMScoreAdj
+		s.Process.OOMScoreAdj = &adj
+	}
 	if len(cfg.Sysctls) > 0 {
 		s.Linux.Sysctl = cfg.Sysctls
 	}

@@ -203,3 +203,16 @@ func TestCapabilitiesIn(t *testing.T) {
 		t.Error("allCapabilities is not in the kernel's numbering")
 	}
 }
+
+func TestSpecLimitsAndOOMScore(t *testing.T) {
+	s := Spec(&runtime.ContainerConfig{Argv: []string{"x"}, PidsLimit: 4096, OOMScoreAdj: -997}, nil, "/cg")
+	if s.Linux.Resources.Pids == nil || *s.Linux.Resources.Pids.Limit != 4096 {
+		t.Errorf("pids limit %+v, want 4096", s.Linux.Resources.Pids)
+	}
+	if s.Process.OOMScoreAdj == nil || *s.Process.OOMScoreAdj != -997 {
+		t.Errorf("oom_score_adj %v, want -997", s.Process.OOMScoreAdj)
+	}
+	if s = Spec(&runtime.ContainerConfig{Argv: []string{"x"}}, nil, "/cg"); s.Linux.Resources.Pids != nil || s.Process.OOMScoreAdj != nil {
+		t.Error("no limit asked, yet one set")
+	}
+}
