@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
@@ -17,13 +18,14 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
 
 // setUpRuntime chooses the container runtime for mode and, for runc, the
 // pod network.
-func setUpRuntime(o *agent.Options, mode string, net podnet.Config) error {
+func setUpRuntime(o *agent.Options, mode string, net podnet.Config, logs logRotation) error {
 	name, warning, err := runc.Choose(mode)
 	if err != nil {
 		return err
@@ -40,7 +42,8 @@ func setUpRuntime(o *agent.Options, mode string, net podnet.Config) error {
 	if err != nil {
 		return err
 	}
-	rt, err := runc.New(runc.Options{Root: filepath.Join(o.RootDir, "runc"), Shim: []string{self, "container-shim"}})
+	rt, err := runc.New(runc.Options{Root: filepath.Join(o.RootDir, "runc"), Shim: []string{self, "container-shim"},
+		LogMaxSize: logs.maxSize.Value(), LogMaxFiles: logs.maxFiles})
 	if err != nil {
 		return err
 	}
@@ -108,6 +111,7 @@ func newNodeCommand() *cobra.Command {
 	var kubeconfig, runtimeMode, imageStore, imageImportDir string
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
+	logs := logRotation{maxSize: resource.MustParse("10Mi"), maxFiles: crilog.DefaultMaxFiles}
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Run a node agent: registers a Node and runs its pods from their images under runc, with their own network",
@@ -166,7 +170,10 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err != nil {
 				return err
 			}
-			if err := setUpRuntime(&o, runtimeMode, net); err != nil {
+			if logs.maxFiles < 1 {
+				return fmt.Errorf("--container-log-max-files=%d: want at least 1", logs.maxFiles)
+			}
+			if err := setUpRuntime(&o, runtimeMode, net, logs); err != nil {
 				return err
 			}
 			if err := setUpImages(&o, imageStore, imageImportDir); err != nil {
@@ -205,6 +212,8 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.StringVar(&imageStore, "image-store", "", "Directory of the node's image store (default <root-dir>/image-store): pulled and imported images, each layer unpacked once.")
 	fs.StringVar(&imageImportDir, "image-import-dir", "", "Directory whose image archives (docker save or OCI, *.tar, *.tar.gz) are imported at start; empty for none. `up` uses <data-dir>/images.")
+	fs.Var(&quantityFlag{&logs.maxSize}, "container-log-max-size", "Size at which a container's log is rotated, as the kubelet's (e.g. 10Mi).")
+	fs.IntVar(&logs.maxFiles, "container-log-max-files", logs.maxFiles, "Log files kept per container run, the current one included, as the kubelet's.")
 	fs.Int64Var(&o.PodPidsLimit, "pod-max-pids", 0, "Most processes and threads each container may have (cgroup pids.max), as the kubelet's --pod-max-pids; 0 for no limit. `up` sets 4096.")
 	fs.BoolVar(&o.SeccompDefault, "seccomp-default", false, "Give containers that name no seccomp profile RuntimeDefault (Docker's and containerd's default filter) instead of Unconfined, as the kubelet's flag. Localhost profiles are read from <root-dir>/seccomp.")
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
@@ -215,3 +224,33 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }
+
+// logRotation is how container logs are rotated.
+type logRotation struct {
+	maxSize  resource.Quantity
+	maxFiles int
+}
+
+// quantityFlag is a resource quantity as a flag value ("10Mi").
+type quantityFlag struct{ q *resource.Quantity }
+
+func (f *quantityFlag) String() string {
+	if f.q == nil {
+		return ""
+	}
+	return f.q.String()
+}
+
+func (f *quantityFlag) Set(s string) error {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return err
+	}
+	if q.Sign() <= 0 {
+		return fmt.Errorf("%q: want a positive size", s)
+	}
+	*f.q = q
+	return nil
+}
+
+func (f *quantityFlag) Type() string { return "quantity" }

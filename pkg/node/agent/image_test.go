@@ -216,3 +216,31 @@ func TestNodeImages(t *testing.T) {
 		t.Errorf("nodeImages: %d images, first %+v; want the %d largest, digests first", len(got), got[0], maxNodeImages)
 	}
 }
+
+// TestPruneRunLogs: starting run 5 keeps the logs of runs 4 and 5 (kubectl
+// logs and logs --previous), rotated ones included, and nothing else of the
+// container's directory.
+func TestPruneRunLogs(t *testing.T) {
+	dir := t.TempDir()
+	c := dir + "/c"
+	files := []string{"0.log", "3.log", "3.log.20261124-000000.000000000", "4.log", "4.log.20261124-000001.000000000", "5.log",
+		"termination-log-3", "termination-log-4", "exit.json", "bundle"}
+	if err := os.MkdirAll(c, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(c+"/"+f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneRunLogs(dir, "c", 5)
+	entries, _ := os.ReadDir(c)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{"4.log", "4.log.20261124-000001.000000000", "5.log", "bundle", "exit.json", "termination-log-4"}
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 )
 
@@ -41,6 +42,10 @@ type Options struct {
 	Shim []string
 	// CgroupParent is the cgroup under which containers get theirs.
 	CgroupParent string
+	// LogMaxSize and LogMaxFiles rotate each run's log (0: the kubelet's
+	// defaults, 10 MiB and 5 files).
+	LogMaxSize  int64
+	LogMaxFiles int
 }
 
 // Runtime runs containers under runc.
@@ -84,6 +89,12 @@ func New(o Options) (*Runtime, error) {
 	}
 	if o.CgroupParent == "" {
 		o.CgroupParent = "/steadyplane"
+	}
+	if o.LogMaxSize <= 0 {
+		o.LogMaxSize = crilog.DefaultMaxSize
+	}
+	if o.LogMaxFiles <= 0 {
+		o.LogMaxFiles = crilog.DefaultMaxFiles
 	}
 	if err := os.MkdirAll(o.Root, 0o700); err != nil {
 		return nil, err
@@ -283,7 +294,8 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	defer shimLog.Close()
 	args := append(append([]string{}, r.opts.Shim[1:]...),
 		"--runc="+r.opts.Binary, "--root="+r.opts.Root, "--id="+cfg.ID, "--dir="+cfg.Dir,
-		"--log="+cfg.LogPath, "--run="+strconv.Itoa(int(cfg.Run)), "--cgroup="+r.cgroupsPath(cfg.ID))
+		"--log="+cfg.LogPath, "--run="+strconv.Itoa(int(cfg.Run)), "--cgroup="+r.cgroupsPath(cfg.ID),
+		"--log-max-size="+strconv.FormatInt(r.opts.LogMaxSize, 10), "--log-max-files="+strconv.Itoa(r.opts.LogMaxFiles))
 	cmd := exec.Command(r.opts.Shim[0], args...)
 	cmd.Stdout, cmd.Stderr = shimLog, shimLog
 	cmd.ExtraFiles = []*os.File{readyW}

@@ -427,3 +427,44 @@ func TestRuncSeccompAndSysctls(t *testing.T) {
 		})
 	}
 }
+
+// TestRuncLogRotation: a container writing as fast as it can keeps its log
+// within the rotation's files and size.
+func TestRuncLogRotation(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	r.opts.LogMaxSize, r.opts.LogMaxFiles = 64<<10, 3
+	layers := imageLayers(t, dir)
+	sb, err := r.CreateSandbox("logs", filepath.Join(dir, "logs"), "logs", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.RemoveSandbox(sb)
+	cdir := filepath.Join(dir, "logs", "c")
+	cfg := &runtime.ContainerConfig{ID: "logs_c", Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
+		Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i of a container that writes fast; i=$((i+1)); done"},
+		Env: []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, "0.log")}
+	c, err := r.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit := waitDone(t, c, 60*time.Second); exit.ExitCode != 0 {
+		t.Fatalf("exit %d", exit.ExitCode)
+	}
+	entries, _ := os.ReadDir(cdir)
+	var logs int
+	var total int64
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "0.log") {
+			logs++
+			info, _ := e.Info()
+			total += info.Size()
+		}
+	}
+	if logs != 3 || total > 3*64<<10 {
+		t.Errorf("%d log files, %d bytes; want 3 files within %d bytes (about 1 MiB was written)", logs, total, 3*64<<10)
+	}
+	lines := logLines(t, cfg.LogPath)
+	if len(lines) == 0 || lines[len(lines)-1] != "line 19999 of a container that writes fast" {
+		t.Errorf("the current log does not end with the last line written")
+	}
+}

@@ -42,6 +42,8 @@ func ShimMain(args []string) int {
 	logPath := fs.String("log", "", "container log (CRI format)")
 	run := fs.Int("run", 0, "run number")
 	cgroup := fs.String("cgroup", "", "the container's cgroup path (for the OOM count)")
+	logMaxSize := fs.Int64("log-max-size", crilog.DefaultMaxSize, "bytes after which the log is rotated")
+	logMaxFiles := fs.Int("log-max-files", crilog.DefaultMaxFiles, "log files kept, the current one included")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,7 +59,7 @@ func ShimMain(args []string) int {
 			ready = nil
 		}
 	}
-	s := &shim{runc: *runcBin, root: *root, id: *id, dir: *dir, run: int32(*run), cgroup: *cgroup}
+	s := &shim{runc: *runcBin, root: *root, id: *id, dir: *dir, run: int32(*run), cgroup: *cgroup, logMaxSize: *logMaxSize, logMaxFiles: *logMaxFiles}
 	pid, copies, err := s.start(*logPath)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "container-shim %s: %v\n", *id, err)
@@ -92,6 +94,8 @@ func ShimMain(args []string) int {
 type shim struct {
 	runc, root, id, dir, cgroup string
 	run                         int32
+	logMaxSize                  int64
+	logMaxFiles                 int
 }
 
 func (s *shim) runcCmd(args ...string) *exec.Cmd {
@@ -112,7 +116,7 @@ func (s *shim) start(logPath string) (int, *sync.WaitGroup, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return 0, nil, err
 	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := crilog.OpenRotating(logPath, s.logMaxSize, s.logMaxFiles)
 	if err != nil {
 		return 0, nil, err
 	}
