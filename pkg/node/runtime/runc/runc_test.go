@@ -442,7 +442,7 @@ func TestRuncLogRotation(t *testing.T) {
 	cdir := filepath.Join(dir, "logs", "c")
 	cfg := &runtime.ContainerConfig{ID: "logs_c", Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
 		Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i of a container that writes fast; i=$((i+1)); done"},
-		Env: []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, "0.log")}
+		Env:  []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, "0.log")}
 	c, err := r.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
