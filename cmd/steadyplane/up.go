@@ -46,6 +46,8 @@ refused.`,
 	fs.BoolVar(&o.AlternativeServices, "enable-alternative-services", o.AlternativeServices, "KEP-3037: send authenticated HTTP/2 clients an Alt-Svc header listing the live API servers (nothing while this is the only one).")
 	fs.BoolVar(&o.Node, "node", o.Node, "Also run a node agent (steadyplane node) that runs the pods.")
 	fs.StringVar(&o.NodeRuntime, "runtime", o.NodeRuntime, "The node agent's container runtime: runc (isolated; root and runc), process (host processes, not isolated), auto (runc when possible).")
+	fs.StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "Pod Security level enforced in every namespace but kube-system and steadyplane-system: privileged, baseline or restricted (restricted is always warned about and audited); a namespace's pod-security.kubernetes.io/enforce label chooses its own.")
+	fs.StringVar(&o.PodSecurityConfigFile, "pod-security-config", "", "The API server's admission configuration file (AdmissionConfiguration with a PodSecurity plugin configuration), instead of --pod-security's.")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "Range of pod addresses; must overlap no route of the host.")
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")

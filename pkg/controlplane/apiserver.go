@@ -38,6 +38,7 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		RetryAfterIfNotInitialized: cp.opts.RetryAfterIfNotInitialized,
 		RetryAfter:                 cp.opts.RetryAfter,
 		AlternativeServices:        cp.opts.AlternativeServices,
+		AdmissionConfigFile:        cp.admissionConfig,
 	}), cp.opts.ExtraAPIServerArgs...)
 }
 
@@ -52,6 +53,9 @@ type APIServer struct {
 	RetryAfterIfNotInitialized bool
 	RetryAfter                 time.Duration
 	AlternativeServices        bool
+	// AdmissionConfigFile configures admission plugins (Pod Security);
+	// "" for the plugins' defaults.
+	AdmissionConfigFile string
 }
 
 // APIServerArgs returns the arguments of "steadyplane apiserver" for s, with
@@ -92,6 +96,9 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		// up to 60s for them; a restart (a new revision, "up" stopping)
 		// is then an outage of seconds, not of the 30s stop grace.
 		"--shutdown-send-retry-after=true",
+	}
+	if s.AdmissionConfigFile != "" {
+		args = append(args, "--admission-control-config-file="+s.AdmissionConfigFile)
 	}
 	// The kubernetes Endpoints may not hold loopback addresses; a server that
 	// only listens on loopback has no address to publish there.

@@ -31,6 +31,8 @@ type ControlPlane struct {
 	kubeconfig string
 	advertise  net.IP
 	lock       *os.File
+	// admissionConfig is the API server's admission configuration file.
+	admissionConfig string
 
 	Etcd, APIServer, ControllerManager, Scheduler, Node, Readiness *Process
 
@@ -77,6 +79,10 @@ func Prepare(o Options) (*ControlPlane, error) {
 		}
 	}
 	if err := cp.preparePKI(); err != nil {
+		cp.Close()
+		return nil, err
+	}
+	if cp.admissionConfig, err = cp.writeAdmissionConfig(); err != nil {
 		cp.Close()
 		return nil, err
 	}

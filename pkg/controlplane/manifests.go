@@ -140,7 +140,7 @@ func (cp *ControlPlane) Components(binary string) []Component {
 	list := []Component{
 		{Name: "etcd", Binary: binary, Args: cp.Etcd.Args, HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "etcd")}}},
 		{Name: "kube-apiserver", Binary: binary, Args: cp.APIServer.Args,
-			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "apiserver-certs")}},
+			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "apiserver-certs")}, {Path: cp.admissionConfigDir(), ReadOnly: true}},
 			Liveness:  &HTTPSCheck{Port: cp.opts.APIServerPort, Path: "/livez"}},
 	}
 	if cp.ControllerManager != nil {

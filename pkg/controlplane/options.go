@@ -54,6 +54,13 @@ type Options struct {
 	// NodeAPIPort is the node agent's API port on the node IP (logs, exec,
 	// port-forward), the kubelet's 10250.
 	NodeAPIPort int
+	// PodSecurity is the Pod Security level enforced in every namespace
+	// but kube-system and steadyplane-system (privileged, baseline or
+	// restricted); restricted is warned about and audited.
+	PodSecurity string
+	// PodSecurityConfigFile replaces that with the user's admission
+	// configuration file (apiserver.config.k8s.io/v1 AdmissionConfiguration).
+	PodSecurityConfigFile string
 	// NodeRuntime is the node agent's --runtime: auto, runc or process.
 	NodeRuntime string
 	// PodCIDR is the node's range of pod addresses; CNIBridge the host
@@ -113,6 +120,7 @@ func NewOptions() *Options {
 		NodeMetricsPort:            10255,
 		NodeAPIPort:                10250,
 		NodeRuntime:                "auto",
+		PodSecurity:                "baseline",
 		PodCIDR:                    "10.244.0.0/24",
 		CNIBridge:                  "steadyplane0",
 		ReadinessController:        true,

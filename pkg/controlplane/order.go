@@ -104,7 +104,10 @@ func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		return EnsureHostRuntimeClass(ctx, client)
+		if err := EnsureHostRuntimeClass(ctx, client); err != nil {
+			return err
+		}
+		return EnsureHostRuntimeClassPolicy(ctx, client)
 	case controllerManagerComponent:
 		return cp.WaitControllerManagerReady(ctx)
 	case schedulerComponent:

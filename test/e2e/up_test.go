@@ -230,6 +230,18 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v, a seccomp filter %v; want all", hostname, listing, logged, isolated, filtered)
 	}
 
+	// What no ordinary pod may ask for: the host's root by hostPath (Pod
+	// Security, baseline) or by the host runtime class (steadyplane's policy).
+	refused := script("pods Pod Security and the host runtime class refuse", `export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig
+kubectl run root --image=busybox:1.36 --overrides='{"spec":{"volumes":[{"name":"root","hostPath":{"path":"/"}}]}}' -- sleep 1 2>&1 || true
+kubectl run host --image=busybox:1.36 --overrides='{"spec":{"runtimeClassName":"steadyplane-host"}}' -- sleep 1 2>&1 || true
+kubectl run fine --image=busybox:1.36 -- sleep 1 2>&1`)
+	for _, want := range []string{`violates PodSecurity "baseline:latest": hostPath volumes`, `steadyplane-host-runtime-class`, `pod/fine created`} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("Pod Security and the host runtime class policy: output lacks %q:\n%s", want, refused)
+		}
+	}
+
 	var gets []string
 	for _, l := range run("readiness-gate", gates) {
 		if strings.HasPrefix(l, "gated ") {
