@@ -207,7 +207,11 @@ func TestNodeAgent(t *testing.T) {
 		})
 		for i := 0; i < 10; i++ {
 			if n := countProcesses("sleep\x003601"); n != 1 {
-				t.Fatalf("sample %d: %d copies of the container", i, n)
+				got, _ := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+				cdir := filepath.Join(dir, "node", "pods", fmt.Sprintf("default_survivor_%s", got.UID), "c")
+				shimLog, _ := os.ReadFile(filepath.Join(cdir, "shim.log"))
+				run, _ := os.ReadFile(filepath.Join(cdir, "run.json"))
+				t.Fatalf("sample %d: %d copies of the container; status %+v; run.json %s; shim.log:\n%s", i, n, got.Status.ContainerStatuses, run, shimLog)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
