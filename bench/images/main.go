@@ -6,8 +6,6 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"flag"
@@ -29,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 )
 
@@ -68,7 +67,9 @@ func run(sizeMiB, rounds int) error {
 		return err
 	}
 	o := images.UnpackOptions{Rootless: os.Geteuid() != 0}
-	fresh := func(i int) (*images.Store, error) { return images.Open(filepath.Join(work, fmt.Sprintf("store-%d", i))) }
+	fresh := func(i int) (*images.Store, error) {
+		return images.Open(filepath.Join(work, fmt.Sprintf("store-%d", i)))
+	}
 
 	var unpack, pull, imp, shared []time.Duration
 	for i := range rounds {
@@ -124,27 +125,16 @@ func run(sizeMiB, rounds int) error {
 // (incompressible, as a worst case for gzip).
 func randomImage(sizeMiB int) (v1.Image, error) {
 	img := empty.Image
-	perLayer := sizeMiB / 4
 	for l := range 4 {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for f := range perLayer {
+		var files []testimage.File
+		for f := range sizeMiB / 4 {
 			body := make([]byte, 1<<20)
 			if _, err := rand.Read(body); err != nil {
 				return nil, err
 			}
-			if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("layer%d/file%d", l, f), Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-				return nil, err
-			}
-			if _, err := tw.Write(body); err != nil {
-				return nil, err
-			}
+			files = append(files, testimage.File{Name: fmt.Sprintf("layer%d/file%d", l, f), Mode: 0o644, Body: body})
 		}
-		if err := tw.Close(); err != nil {
-			return nil, err
-		}
-		b := buf.Bytes()
-		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+		layer, err := testimage.Layer(files)
 		if err != nil {
 			return nil, err
 		}

@@ -99,6 +99,19 @@ type File struct {
 
 // Image returns an image of one layer of files with config.
 func Image(config v1.Config, files []File) (v1.Image, error) {
+	layer, err := Layer(files)
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	return WithConfig(img, config)
+}
+
+// Layer returns a layer of files, in memory.
+func Layer(files []File) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mtime := time.Unix(1700000000, 0)
@@ -125,15 +138,7 @@ func Image(config v1.Config, files []File) (v1.Image, error) {
 		return nil, err
 	}
 	b := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	return WithConfig(img, config)
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 }
 
 // WithConfig returns img with config as its runtime configuration, for

@@ -13,7 +13,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/internal/testimage"
@@ -26,23 +25,7 @@ import (
 // listed in the Node's status.
 func TestPodsFromImages(t *testing.T) {
 	testimage.RequireBusybox(t)
-	ctx, cp, o, _ := startControlPlane(t)
-	if err := cp.Node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.WaitNodeReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("node log:\n%s", cp.Node.LogTail(40))
-		}
-	}()
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cp, o, _, cs := startNode(t)
 	pods := cs.CoreV1().Pods("default")
 
 	login := &authn.Basic{Username: "puller", Password: "s3cret"}

@@ -37,23 +37,7 @@ const (
 // TestNodeAgent runs the real API server and "steadyplane node", and drives
 // pods through client-go and kubectl as a user would.
 func TestNodeAgent(t *testing.T) {
-	ctx, cp, o, dir := startControlPlane(t)
-	if err := cp.Node.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.WaitNodeReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("node log:\n%s", cp.Node.LogTail(30))
-		}
-	}()
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cp, o, dir, cs := startNode(t)
 	pods := cs.CoreV1().Pods("default")
 
 	t.Run("readiness gates through client-go, every message in turn", func(t *testing.T) {
@@ -612,6 +596,29 @@ func TestNodeAgent(t *testing.T) {
 
 // restartNodeAgent stops the node agent with sig, waits for it to exit, and
 // starts it again.
+// startNode starts a control plane and its node agent, and returns a
+// client of the admin's; the node's log is shown when the test fails.
+func startNode(t *testing.T) (context.Context, *controlplane.ControlPlane, controlplane.Options, string, kubernetes.Interface) {
+	t.Helper()
+	ctx, cp, o, dir := startControlPlane(t)
+	if err := cp.Node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.WaitNodeReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node log:\n%s", cp.Node.LogTail(40))
+		}
+	})
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cp, o, dir, kubernetes.NewForConfigOrDie(cfg)
+}
+
 func restartNodeAgent(t *testing.T, cp *controlplane.ControlPlane, sig syscall.Signal) {
 	t.Helper()
 	if err := cp.Node.Signal(sig); err != nil {
