@@ -60,7 +60,9 @@ func PodSecurityAdmission(enforce string) ([]byte, error) {
 
 // admissionConfigDir is where the API server's admission configuration is
 // kept, mounted read-only into its static pod.
-func (cp *ControlPlane) admissionConfigDir() string { return filepath.Join(cp.dataDir, "apiserver-config") }
+func (cp *ControlPlane) admissionConfigDir() string {
+	return filepath.Join(cp.dataDir, "apiserver-config")
+}
 
 // writeAdmissionConfig writes the API server's admission configuration:
 // the user's file (--pod-security-config) copied as it is, or steadyplane's
