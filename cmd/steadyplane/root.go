@@ -40,6 +40,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newInstallerCommand(),
 		newKubectlCommand(),
 		newImagesCommand(),
+		newCleanupCommand(),
 	)
 	return root
 }

@@ -7,15 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
 
 // ControlPlaneOptions returns control plane options for a test: the given data
@@ -128,22 +127,8 @@ func StartTempControlPlane(ctx context.Context, out io.Writer, modify ...func(*c
 // them), and pod namespaces stay pinned under rootDir. Tests call it after
 // stopping the agent so that nothing outlives the test.
 func CleanNode(rootDir string) {
-	runcRoot := filepath.Join(rootDir, "runc")
-	if out, err := exec.Command("runc", "--root", runcRoot, "list", "-q").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			_ = exec.Command("runc", "--root", runcRoot, "kill", id, "KILL").Run()
-			_ = exec.Command("runc", "--root", runcRoot, "delete", "--force", id).Run()
-		}
-	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(mounts), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], rootDir+"/") {
-			_ = unix.Unmount(f[4], unix.MNT_DETACH)
-		}
-	}
+	_, _ = runc.KillAll("", filepath.Join(rootDir, "runc"))
+	_ = runtime.UnmountUnder(rootDir)
 }
 
 func ensureHostRuntimeClass(ctx context.Context, cp *controlplane.ControlPlane) error {

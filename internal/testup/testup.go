@@ -23,6 +23,7 @@ import (
 // Up is a running "steadyplane up".
 type Up struct {
 	cmd    *exec.Cmd
+	args   []string
 	mu     sync.Mutex
 	output []string
 	upCh   chan struct{}
@@ -45,7 +46,7 @@ func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Up{cmd: cmd, upCh: make(chan struct{}), done: make(chan struct{})}
+	p := &Up{cmd: cmd, args: args, upCh: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		sc := bufio.NewScanner(stdout)
@@ -84,6 +85,29 @@ func (p *Up) WaitUp(t *testing.T, timeout time.Duration) {
 	case <-time.After(timeout):
 		t.Fatalf("steadyplane up not up after %v:\n%s", timeout, p.Text())
 	}
+}
+
+// Flag returns the value up was given for --name, or "".
+func (p *Up) Flag(name string) string {
+	for i, a := range p.args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+		if a == "--"+name && i+1 < len(p.args) {
+			return p.args[i+1]
+		}
+	}
+	return ""
+}
+
+// Kill kills up with SIGKILL, as a crash or an OOM kill would, and waits
+// for it: what it started is left as it is.
+func (p *Up) Kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
 }
 
 // Text is up's output so far.

@@ -512,3 +512,28 @@ func (c *container) Command(argv, env []string, dir string, tty bool) *exec.Cmd 
 	args = append(append(args, c.id), argv...)
 	return c.r.runc(args...)
 }
+
+// KillAll kills and deletes every container runc keeps state of under
+// root (a node's --root-dir/runc): what a node killed without stopping its
+// pods left running. It returns the containers' ids.
+func KillAll(binary, root string) ([]string, error) {
+	if binary == "" {
+		binary = "runc"
+	}
+	out, err := exec.Command(binary, "--root", root, "list", "-q").Output()
+	if err != nil {
+		if _, statErr := os.Stat(root); os.IsNotExist(statErr) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("runc list: %w", err)
+	}
+	ids := strings.Fields(string(out))
+	var errs []error
+	for _, id := range ids {
+		_ = exec.Command(binary, "--root", root, "kill", id, "KILL").Run()
+		if out, err := exec.Command(binary, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id, err, out))
+		}
+	}
+	return ids, errors.Join(errs...)
+}
