@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -233,7 +234,18 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 		}
 		cfg.Mounts = append(cfg.Mounts, runtime.Mount{Source: msg, Destination: p})
 	}
+	confineMounts(cfg.Mounts)
 	return cfg, nil
+}
+
+// confineMounts makes every mount's destination an absolute path without
+// "..": a mountPath or terminationMessagePath of "/../../etc/nologin" is
+// the container's /etc/nologin, as the kernel resolves "/.." to "/", never
+// a path the agent would follow out of the container's root.
+func confineMounts(mounts []runtime.Mount) {
+	for i := range mounts {
+		mounts[i].Destination = path.Clean("/" + mounts[i].Destination)
+	}
 }
 
 // containerRef names container c of pod for the runtime: its id, its

@@ -120,3 +120,16 @@ func TestPodHostname(t *testing.T) {
 		}
 	}
 }
+
+// TestConfineMounts: the finding, a mountPath or
+// terminationMessagePath with ".." made the agent create files outside the
+// container's root; every destination is now inside it.
+func TestConfineMounts(t *testing.T) {
+	mounts := []runtime.Mount{{Destination: "/../../etc/nologin"}, {Destination: "data/../../x"}, {Destination: "/dev/termination-log"}}
+	confineMounts(mounts)
+	for i, want := range []string{"/etc/nologin", "/x", "/dev/termination-log"} {
+		if mounts[i].Destination != want {
+			t.Errorf("mount %d: %q, want %q", i, mounts[i].Destination, want)
+		}
+	}
+}

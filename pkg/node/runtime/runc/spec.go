@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -254,9 +255,10 @@ func capName(c string) string {
 	return c
 }
 
-// prepareRootfs makes dir an empty root filesystem with a mount point for
-// every directory mount of s and the host's merged-/usr links, so that runc
-// can mount onto a read-only root.
+// prepareRootfs makes in dir (an empty directory, or an image's root) a
+// mount point for every directory mount of s, and the host's merged-/usr
+// links for a root of host directories, so that runc can mount onto a
+// read-only root. Every mount point is confined to dir.
 func prepareRootfs(dir string, s *specs.Spec, system []HostPath) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -277,7 +279,13 @@ func prepareRootfs(dir string, s *specs.Spec, system []HostPath) error {
 		}
 	}
 	for _, m := range s.Mounts {
-		p := filepath.Join(dir, m.Destination)
+		// Inside the root whatever the path says: a destination with ".."
+		// or through a symbolic link of the image resolves as runc will
+		// resolve it, never to a directory of the host.
+		p, err := securejoin.SecureJoin(dir, m.Destination)
+		if err != nil {
+			return fmt.Errorf("mount point %s: %w", m.Destination, err)
+		}
 		if _, err := os.Lstat(p); err == nil {
 			if m.Type == "tmpfs" && !isUnderOtherMount(m.Destination, s.Mounts) {
 				if err := os.Chmod(p, tmpfsMode(m.Options)); err != nil {

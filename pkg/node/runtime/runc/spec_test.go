@@ -216,3 +216,34 @@ func TestSpecLimitsAndOOMScore(t *testing.T) {
 		t.Error("no limit asked, yet one set")
 	}
 }
+
+// TestPrepareRootfsConfinesMountPoints: a mount destination through a
+// symbolic link of the image, or with "..", makes its mount point inside
+// the root, never on the host.
+func TestPrepareRootfsConfinesMountPoints(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "rootfs")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An image whose /data is a link to the host's /etc, as a hostile image would ship.
+	if err := os.Symlink(filepath.Join(base, "host-etc"), filepath.Join(root, "data")); err != nil {
+		t.Fatal(err)
+	}
+	s := &specs.Spec{Mounts: []specs.Mount{
+		{Destination: "/data/volume", Type: "bind", Source: base},
+		{Destination: "/../../escaped", Type: "bind", Source: base},
+	}}
+	if err := prepareRootfs(root, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "host-etc")); !os.IsNotExist(err) {
+		t.Errorf("a mount point was made through the image's link, outside the root: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "..", "escaped")); !os.IsNotExist(err) {
+		t.Errorf("a mount point with .. was made outside the root: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "escaped")); err != nil {
+		t.Errorf("the .. mount point is not inside the root: %v", err)
+	}
+}
