@@ -129,10 +129,12 @@ var (
 	eventsTotal  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_events_total", Help: "Events the node agent recorded, by reason."}, []string{"reason"})
 	// deleteRetries counts failed attempts to remove a terminated pod.
 	deleteRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_delete_retries_total", Help: "Failed attempts to remove a terminated pod from the API, each retried with backoff."})
+	// imagesRemoved counts images removed by garbage collection.
+	imagesRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_images_removed_total", Help: "Unused images removed because the image store's filesystem was over 85% full."})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 }
 
@@ -256,6 +258,9 @@ func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
 	}
 	klog.InfoS("Node registered", "node", a.opts.NodeName)
 	go a.heartbeat(ctx)
+	if a.opts.Images != nil {
+		go wait.UntilWithContext(ctx, a.collectImages, imageGCPeriod)
+	}
 	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
 	go leases.Run(ctx)
 	go informer.RunWithContext(ctx)
@@ -539,4 +544,22 @@ func memory() resource.Quantity {
 		}
 	}
 	return *resource.NewQuantity(total, resource.BinarySI)
+}
+
+// imageGCPeriod is how often the image store's filesystem is checked, as
+// the kubelet's image garbage collection period.
+const imageGCPeriod = 5 * time.Minute
+
+// collectImages removes unused images while the store's filesystem is
+// over the kubelet's 85% threshold (down to 80%).
+func (a *Agent) collectImages(context.Context) {
+	removed, err := a.opts.Images.CollectGarbage()
+	for _, img := range removed {
+		imagesRemoved.Inc()
+		klog.InfoS("Removed an unused image: the image store's filesystem was over its threshold", "image", img.ID, "names", img.Names, "size", img.Size)
+	}
+	if err != nil {
+		klog.ErrorS(err, "Image garbage collection")
+		a.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", "%v", err)
+	}
 }

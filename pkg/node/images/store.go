@@ -224,13 +224,9 @@ func (s *Store) Prune() error {
 				keepLayers[strings.TrimPrefix(l, "sha256:")] = true
 			}
 		}
-		leases, _ := os.ReadDir(filepath.Join(s.root, "leases"))
-		for _, e := range leases {
-			var layers []string
-			if b, err := os.ReadFile(filepath.Join(s.root, "leases", e.Name())); err == nil && json.Unmarshal(b, &layers) == nil {
-				for _, l := range layers {
-					keepLayers[strings.TrimPrefix(l, "sha256:")] = true
-				}
+		for _, l := range s.leases() {
+			for _, layer := range l.Layers {
+				keepLayers[strings.TrimPrefix(layer, "sha256:")] = true
 			}
 		}
 		var errs []error
@@ -250,14 +246,43 @@ func (s *Store) Prune() error {
 	})
 }
 
+// lease is what a container's lease file holds.
+type lease struct {
+	Image  string   `json:"image"`
+	Layers []string `json:"layers"`
+}
+
 // Lease records that container id's root filesystem stacks img's layers,
-// so that removing img keeps them until Release.
+// so that removing img keeps them until Release, and image garbage
+// collection leaves img alone.
 func (s *Store) Lease(id string, img Image) error {
-	b, err := json.Marshal(img.Layers)
+	b, err := json.Marshal(lease{Image: img.ID, Layers: img.Layers})
 	if err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(s.leasePath(id), b, 0o600)
+}
+
+// leases returns every container's lease.
+func (s *Store) leases() []lease {
+	entries, _ := os.ReadDir(filepath.Join(s.root, "leases"))
+	var out []lease
+	for _, e := range entries {
+		var l lease
+		if b, err := os.ReadFile(filepath.Join(s.root, "leases", e.Name())); err == nil && json.Unmarshal(b, &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// InUse returns the IDs of the images containers run from.
+func (s *Store) InUse() map[string]bool {
+	out := map[string]bool{}
+	for _, l := range s.leases() {
+		out[l.Image] = true
+	}
+	return out
 }
 
 // Release ends container id's lease.
