@@ -76,7 +76,7 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "pull REFERENCE",
-		Short: "Pull an image from its registry (anonymous; plain HTTP only to loopback registries)",
+		Short: "Pull an image from its registry or its mirrors in <data-dir>/registries.yaml (plain HTTP only to loopback registries and http:// mirrors)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := f.open()
@@ -84,7 +84,11 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
-			p := &images.Puller{Store: s, Unpack: unpackOptions()}
+			regs, err := images.LoadRegistries(filepath.Join(f.dataDir, "registries.yaml"))
+			if err != nil {
+				return err
+			}
+			p := &images.Puller{Store: s, Registries: regs, Unpack: unpackOptions()}
 			img, err := p.Pull(context.Background(), args[0], nil)
 			if err != nil {
 				return err

@@ -58,10 +58,15 @@ func setUpRuntime(o *agent.Options, mode string, net podnet.Config, logs logRota
 
 // setUpImages opens the node's image store and imports the archives of
 // importDir ("" for none) into it.
-func setUpImages(o *agent.Options, storeDir, importDir string) error {
+func setUpImages(o *agent.Options, storeDir, importDir, registriesFile string) error {
 	if !o.Runtime.Isolated() {
 		return nil // host processes run host commands; images are not used
 	}
+	regs, err := images.LoadRegistries(registriesFile)
+	if err != nil {
+		return err
+	}
+	o.Registries = regs
 	if storeDir == "" {
 		storeDir = images.StoreDir(o.RootDir)
 	}
@@ -108,7 +113,7 @@ func newContainerShimCommand() *cobra.Command {
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
-	var kubeconfig, runtimeMode, imageStore, imageImportDir string
+	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile string
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	logs := logRotation{maxSize: resource.MustParse("10Mi"), maxFiles: crilog.DefaultMaxFiles}
@@ -176,7 +181,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err := setUpRuntime(&o, runtimeMode, net, logs); err != nil {
 				return err
 			}
-			if err := setUpImages(&o, imageStore, imageImportDir); err != nil {
+			if err := setUpImages(&o, imageStore, imageImportDir, registriesFile); err != nil {
 				return err
 			}
 			switch {
@@ -216,6 +221,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.IntVar(&logs.maxFiles, "container-log-max-files", logs.maxFiles, "Log files kept per container run, the current one included, as the kubelet's.")
 	fs.Int64Var(&o.PodPidsLimit, "pod-max-pids", 0, "Most processes and threads each container may have (cgroup pids.max), as the kubelet's --pod-max-pids; 0 for no limit. `up` sets 4096.")
 	fs.BoolVar(&o.SeccompDefault, "seccomp-default", false, "Give containers that name no seccomp profile RuntimeDefault (Docker's and containerd's default filter) instead of Unconfined, as the kubelet's flag. Localhost profiles are read from <root-dir>/seccomp.")
+	fs.StringVar(&registriesFile, "registries-config", "", "The node's registries file, as k3s's registries.yaml: mirrors tried before a registry (an http:// endpoint allows plain HTTP to it), and per registry host a login (auth) and a CA (tls.ca_file); insecure_skip_verify is refused. A file that does not exist is none. `up` uses <data-dir>/registries.yaml.")
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)

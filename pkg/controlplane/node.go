@@ -53,7 +53,8 @@ func (cp *ControlPlane) prepareNode() error {
 		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
-		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--seccomp-default", "--pod-max-pids=4096"}
+		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--registries-config=" + filepath.Join(cp.dataDir, "registries.yaml"),
+		"--seccomp-default", "--pod-max-pids=4096"}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from
 		// the machine is installed (as root, with apt-get) before the

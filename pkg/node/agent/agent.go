@@ -88,6 +88,9 @@ type Options struct {
 	// InsecureRegistries may be pulled from over plain HTTP besides those
 	// on loopback addresses ("host" or "host:port").
 	InsecureRegistries []string
+	// Registries is the node's registries file (mirrors, logins, CAs); nil
+	// for none.
+	Registries *images.Registries
 	// PodPidsLimit caps each container's processes and threads (cgroup
 	// pids.max), so that one pod's fork bomb cannot exhaust the node's; 0
 	// for none.
@@ -174,7 +177,8 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	}
 	a := &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore()}
 	if o.Images != nil {
-		a.imgs = newImageService(o.Images, o.InsecureRegistries, images.UnpackOptions{Rootless: os.Geteuid() != 0})
+		a.imgs = newImageService(&images.Puller{Store: o.Images, InsecureRegistries: o.InsecureRegistries, Registries: o.Registries,
+			Unpack: images.UnpackOptions{Rootless: os.Geteuid() != 0}})
 	}
 	return a, nil
 }

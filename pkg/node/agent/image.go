@@ -87,12 +87,8 @@ type imageService struct {
 	pullMu  sync.Mutex
 }
 
-func newImageService(store *images.Store, insecure []string, unpack images.UnpackOptions) *imageService {
-	return &imageService{
-		store:   store,
-		puller:  &images.Puller{Store: store, InsecureRegistries: insecure, Unpack: unpack},
-		backoff: flowcontrol.NewBackOff(imageBackoffBase, imageBackoffMax),
-	}
+func newImageService(puller *images.Puller) *imageService {
+	return &imageService{store: puller.Store, puller: puller, backoff: flowcontrol.NewBackOff(imageBackoffBase, imageBackoffMax)}
 }
 
 // pulledImage is a container's image as the store has it.

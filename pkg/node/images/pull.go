@@ -22,8 +22,11 @@ type Puller struct {
 	// InsecureRegistries ("host" or "host:port") may be reached over
 	// plain HTTP. Registries on loopback addresses always may, as Docker
 	// allows; every other registry must speak TLS with a certificate the
-	// system trusts.
+	// system (or the registries file) trusts.
 	InsecureRegistries []string
+	// Registries is the node's registries file: mirrors, logins, CAs; nil
+	// for none.
+	Registries *Registries
 	// Transport is the HTTP transport under the registry client (nil:
 	// Go's default, with the system's roots).
 	Transport http.RoundTripper
@@ -32,38 +35,50 @@ type Puller struct {
 }
 
 // Pull pulls ref (a tag or a digest) for this machine's platform and adds
-// it to the store. Each of creds is tried in turn, then no credentials,
-// moving on only when the registry refuses the credential.
+// it to the store under ref's own name, trying the registry's mirrors
+// first. At each place, the registries file's login and then each of creds
+// (the pod's, for the registry itself) is tried in turn, then none, moving
+// on only when the registry refuses the credential.
 func (p *Puller) Pull(ctx context.Context, ref string, creds []authn.AuthConfig) (Image, error) {
 	r, n, err := Normalize(ref)
 	if err != nil {
 		return Image{}, err
 	}
-	if p.insecure(r.Context().RegistryStr()) {
-		if r, err = name.ParseReference(ref, name.WithDefaultRegistry(name.DefaultRegistry), name.Insecure); err != nil {
-			return Image{}, err
-		}
+	regs := p.Registries
+	if regs == nil {
+		regs = &Registries{}
 	}
+	plain := regs.plainHosts()
+	allowed := func(host string) bool { return p.insecure(host) || slices.Contains(plain, host) }
 	base := p.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	tr := &plainHTTPGuard{base: base, allowed: p.insecure}
-	auths := make([]authn.Authenticator, 0, len(creds)+1)
-	for _, c := range creds {
-		auths = append(auths, authn.FromConfig(c))
-	}
-	auths = append(auths, authn.Anonymous)
 	var lastErr error
-	for _, auth := range auths {
-		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithTransport(tr),
-			remote.WithPlatform(v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}))
+	for _, e := range regs.endpoints(r.Context().RegistryStr()) {
+		opts := []name.Option{name.WithDefaultRegistry(e.host)}
+		if e.plain || allowed(e.host) {
+			opts = append(opts, name.Insecure)
+		}
+		at, err := retarget(r, e.host, opts...)
 		if err != nil {
-			lastErr = err
-			if refusedCredential(err) {
-				continue
-			}
 			return Image{}, err
+		}
+		tr, err := regs.transport(e.host, base)
+		if err != nil {
+			return Image{}, err
+		}
+		var logins []authn.AuthConfig
+		if l, ok := regs.login(e.host); ok {
+			logins = append(logins, l)
+		}
+		if e.host == r.Context().RegistryStr() {
+			logins = append(logins, creds...)
+		}
+		img, err := fetch(ctx, at, logins, &plainHTTPGuard{base: tr, allowed: allowed})
+		if err != nil {
+			lastErr = fmt.Errorf("%s: %w", e.host, err)
+			continue
 		}
 		digest, err := img.Digest()
 		if err != nil {
@@ -76,6 +91,37 @@ func (p *Puller) Pull(ctx context.Context, ref string, creds []authn.AuthConfig)
 		return p.Store.Add(img, names, []string{repoDigest(r, digest)}, p.Unpack)
 	}
 	return Image{}, lastErr
+}
+
+// retarget is r at registry host: the same repository and tag or digest.
+func retarget(r name.Reference, host string, opts ...name.Option) (name.Reference, error) {
+	repo := r.Context().RepositoryStr()
+	if d, ok := r.(name.Digest); ok {
+		return name.NewDigest(host+"/"+repo+"@"+d.DigestStr(), opts...)
+	}
+	return name.NewTag(host+"/"+repo+":"+r.Identifier(), opts...)
+}
+
+// fetch reads the image at r with each login in turn, then anonymously.
+func fetch(ctx context.Context, r name.Reference, logins []authn.AuthConfig, tr http.RoundTripper) (v1.Image, error) {
+	auths := make([]authn.Authenticator, 0, len(logins)+1)
+	for _, c := range logins {
+		auths = append(auths, authn.FromConfig(c))
+	}
+	auths = append(auths, authn.Anonymous)
+	var lastErr error
+	for _, auth := range auths {
+		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(auth), remote.WithTransport(tr),
+			remote.WithPlatform(v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}))
+		if err == nil {
+			return img, nil
+		}
+		lastErr = err
+		if !refusedCredential(err) {
+			return nil, err
+		}
+	}
+	return nil, lastErr
 }
 
 // refusedCredential tells a registry's refusal of the credentials (try the

@@ -6,7 +6,9 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -332,5 +334,76 @@ func tarDir(t *testing.T, dir, dst string) {
 	tw.Close()
 	if err := os.WriteFile(dst, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPullThroughMirror: a registry's mirror (named plain http:// in the
+// registries file, with a login of the file's) is tried first; the image
+// keeps the name the pod gave.
+func TestPullThroughMirror(t *testing.T) {
+	mirrorReg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	var mirrorLogins int
+	mirror := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); ok && u == "edge" && p == "pw" {
+			mirrorLogins++
+		} else if r.Method == http.MethodGet {
+			w.Header().Set("WWW-Authenticate", `Basic realm="mirror"`)
+			http.Error(w, "login", http.StatusUnauthorized)
+			return
+		}
+		mirrorReg.ServeHTTP(w, r)
+	}))
+	defer mirror.Close()
+	mirrorHost := strings.TrimPrefix(mirror.URL, "http://")
+	img := testImage(t, []string{"/app"}, base, appOne)
+	ref, _ := name.ParseReference(mirrorHost + "/library/app:v1")
+	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: "edge", Password: "pw"})); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "registries.yaml")
+	body := "mirrors:\n  docker.io:\n    endpoint: [\"http://" + mirrorHost + "\"]\nconfigs:\n  \"" + mirrorHost + "\":\n    auth: {username: edge, password: pw}\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	regs, err := LoadRegistries(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := Open(t.TempDir())
+	// docker.io itself is never dialled: the mirror has the image, and a
+	// transport that refuses every host but loopback makes sure.
+	loopbackOnly := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if !isLoopback(r.URL.Host) {
+			t.Errorf("dialled %s", r.URL.Host)
+			return nil, fmt.Errorf("the test dials only 127.0.0.1")
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	got, err := (&Puller{Store: s, Registries: regs, Transport: loopbackOnly, Unpack: rootless}).Pull(context.Background(), "app:v1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Names, []string{"docker.io/library/app:v1"}) || mirrorLogins == 0 {
+		t.Errorf("pulled %+v with %d mirror logins; want it named docker.io/library/app:v1, logged in with the file's login", got, mirrorLogins)
+	}
+}
+
+func TestLoadRegistriesRefuses(t *testing.T) {
+	for name, body := range map[string]string{
+		"insecure_skip_verify": "configs:\n  r.example.com:\n    tls: {insecure_skip_verify: true}\n",
+		"a bad endpoint":       "mirrors:\n  docker.io:\n    endpoint: [\"ftp://x\"]\n",
+		"an unknown field":     "mirror:\n  docker.io: {}\n",
+		"a missing CA file":    "configs:\n  r.example.com:\n    tls: {ca_file: /nonexistent/ca.pem}\n",
+	} {
+		p := filepath.Join(t.TempDir(), "registries.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadRegistries(p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if r, err := LoadRegistries(filepath.Join(t.TempDir(), "none.yaml")); err != nil || len(r.Mirrors) != 0 {
+		t.Errorf("a missing file: %v, %v; want no mirrors", r, err)
 	}
 }
