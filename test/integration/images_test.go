@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -125,6 +126,25 @@ func TestPodsFromImages(t *testing.T) {
 			t.Fatal(err)
 		}
 		waiting("never", "ErrImageNeverPull")
+	})
+
+	t.Run("a pod over its emptyDir sizeLimit is evicted", func(t *testing.T) {
+		limit := resource.MustParse("8Mi")
+		p := pod("filler", appRef, corev1.PullIfNotPresent, true)
+		p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}}
+		p.Spec.Containers[0].Command = []string{"sh", "-c", "dd if=/dev/zero of=/cache/fill bs=1M count=16 && exec sleep 3600"}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the filler Failed, Evicted", func() (bool, string) {
+			got, err := pods.Get(ctx, "filler", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return got.Status.Phase == corev1.PodFailed && got.Status.Reason == "Evicted" &&
+				got.Status.Message == `Usage of EmptyDir volume "cache" exceeds the limit "8Mi". `, fmt.Sprintf("%s %s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+		})
 	})
 
 	t.Run("the Node lists its images", func(t *testing.T) {

@@ -62,6 +62,11 @@ type worker struct {
 	// setupErr is the last error making the pod's sandbox, network or
 	// volumes, so that an event is sent once per reason.
 	setupErr string
+	// evicted is why the node evicted the pod ("" while it was not): its
+	// containers are stopped for good and it is Failed, Evicted.
+	evicted string
+	// storageAt is when the pod's local storage was last measured.
+	storageAt time.Time
 	// local is the status last kept in the node's own record.
 	local corev1.PodStatus
 	// view and netns are what the node API sees of the pod, under mu.
@@ -227,6 +232,15 @@ func (w *worker) run(ctx context.Context) {
 			w.terminate(ctx, pod)
 			return
 		}
+		if w.evicted != "" {
+			// Terminal: nothing runs or is set up again until the pod is
+			// deleted (its controller makes another).
+			select {
+			case <-ctx.Done():
+			case <-w.wake:
+			}
+			continue
+		}
 		w.sync(ctx, pod, time.Now())
 		select {
 		case <-ctx.Done():
@@ -285,6 +299,13 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 		return
 	}
 	w.setupErr = ""
+	if now.Sub(w.storageAt) >= storageCheckPeriod {
+		w.storageAt = now
+		if msg := storageViolation(pod, w.storageUsage(pod)); msg != "" {
+			w.evict(ctx, pod, msg)
+			return
+		}
+	}
 	initDone := true
 	for _, c := range w.containers {
 		if c.init {

@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -433,4 +435,36 @@ func (c ClientSource) Secret(ctx context.Context, ns, name string) (*corev1.Secr
 // Token implements Source.
 func (c ClientSource) Token(ctx context.Context, ns, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+}
+
+// EmptyDirPath is where the pod's emptyDir volume name is kept, made or not.
+func (v *Volumes) EmptyDirPath(name string) string {
+	return filepath.Join(v.dir, "empty-dir", name)
+}
+
+// DiskUsage is the disk space the files under dir take (du's sense: the
+// blocks allocated; hard links counted once); 0 for a dir that does not exist.
+func DiskUsage(dir string) int64 {
+	var total int64
+	seen := map[uint64]bool{}
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if st.Nlink > 1 {
+				if seen[st.Ino] {
+					return nil
+				}
+				seen[st.Ino] = true
+			}
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total
 }

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/node/volume"
+)
+
+// ReasonEvicted is the reason of a pod the node evicted, as the kubelet's.
+const ReasonEvicted = "Evicted"
+
+// Messages of local storage evictions, as the kubelet's eviction manager
+// writes them.
+const (
+	emptyDirMessageFmt                  = "Usage of EmptyDir volume %q exceeds the limit %q. "
+	containerEphemeralStorageMessageFmt = "Container %s exceeded its local ephemeral storage limit %q. "
+)
+
+// storageCheckPeriod is how often a pod's local storage is measured, as the
+// kubelet's eviction manager's period.
+const storageCheckPeriod = 10 * time.Second
+
+// storageUsage is what a pod uses on the node's disk, in bytes.
+type storageUsage struct {
+	// emptyDirs by volume name.
+	emptyDirs map[string]int64
+	// containers by name: the writable layer and the logs.
+	containers map[string]int64
+}
+
+// storageViolation decides, as the kubelet's eviction manager does for
+// local storage, whether pod must be evicted: an emptyDir over its
+// sizeLimit, or a container over its ephemeral-storage limit. It returns
+// the eviction message, or "".
+func storageViolation(pod *corev1.Pod, u storageUsage) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.IsZero() {
+			continue
+		}
+		if used, ok := u.emptyDirs[v.Name]; ok && used > v.EmptyDir.SizeLimit.Value() {
+			return fmt.Sprintf(emptyDirMessageFmt, v.Name, v.EmptyDir.SizeLimit.String())
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		limit, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]
+		if !ok || limit.IsZero() {
+			continue
+		}
+		if used, ok := u.containers[c.Name]; ok && used > limit.Value() {
+			return fmt.Sprintf(containerEphemeralStorageMessageFmt, c.Name, limit.String())
+		}
+	}
+	return ""
+}
+
+// storageUsage measures what pod uses of the node's disk: its emptyDirs,
+// and per container its writable layer and logs (not its image, which is
+// shared).
+func (w *worker) storageUsage(pod *corev1.Pod) storageUsage {
+	u := storageUsage{emptyDirs: map[string]int64{}, containers: map[string]int64{}}
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir != nil && w.setup.volumes != nil {
+			u.emptyDirs[v.Name] = volume.DiskUsage(w.setup.volumes.EmptyDirPath(v.Name))
+		}
+	}
+	for _, c := range w.containers {
+		dir := filepath.Join(w.podDir(pod), c.spec.Name)
+		used := volume.DiskUsage(filepath.Join(dir, "rw"))
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log*"))
+		for _, l := range logs {
+			used += volume.DiskUsage(l)
+		}
+		u.containers[c.spec.Name] = used
+	}
+	return u
+}
+
+// evict stops pod's containers at once and for good, as the kubelet's
+// eviction manager does for local storage, and records why: the pod is
+// Failed with reason Evicted, a DisruptionTarget condition and an event.
+// Its volumes and sandbox go, freeing the disk it overused.
+func (w *worker) evict(ctx context.Context, pod *corev1.Pod, msg string) {
+	klog.InfoS("Evicting a pod", "pod", klog.KObj(pod), "reason", msg)
+	w.evicted = msg
+	w.host.event(pod, corev1.EventTypeWarning, ReasonEvicted, "%s", msg)
+	w.stopAll(pod, 0)
+	w.write(ctx, pod)
+	w.recordLocal(pod)
+	w.teardownPod(ctx, pod)
+}
