@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -395,14 +396,18 @@ func TestOverlayOptions(t *testing.T) {
 func TestRuncSeccompAndSysctls(t *testing.T) {
 	r, dir := newTestRuntime(t)
 	layers := imageLayers(t, dir)
+	// A node-critical container's -997, or as low as this machine lets the
+	// agent go (a sandbox may withhold CAP_SYS_RESOURCE).
+	current, canLower := agentOOMScoreAdj()
+	oomAdj := strconv.Itoa(clampOOMScoreAdj(-997, current, canLower))
 	for i, tc := range []struct {
 		name       string
 		privileged bool
 		netns      bool
 		want       string
 	}{
-		{"RuntimeDefault", false, true, "Seccomp:\t2|1"},
-		{"privileged", true, true, "Seccomp:\t0|1"},
+		{"RuntimeDefault", false, true, "Seccomp:\t2|1|" + oomAdj},
+		{"privileged", true, true, "Seccomp:\t0|1|" + oomAdj},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprintf("seccomp-%d", i)
@@ -413,7 +418,7 @@ func TestRuncSeccompAndSysctls(t *testing.T) {
 			defer r.RemoveSandbox(sb)
 			cdir := filepath.Join(dir, id, "c")
 			cfg := &runtime.ContainerConfig{ID: id + "_c", Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
-				Argv: []string{"/bin/sh", "-c", "grep ^Seccomp: /proc/self/status; cat /proc/sys/net/ipv4/tcp_syncookies"}, Env: []string{"PATH=/bin"},
+				Argv: []string{"/bin/sh", "-c", "grep ^Seccomp: /proc/self/status; cat /proc/sys/net/ipv4/tcp_syncookies /proc/self/oom_score_adj"}, Env: []string{"PATH=/bin"}, OOMScoreAdj: -997,
 				LogPath: filepath.Join(cdir, "0.log"), Seccomp: &runtime.Seccomp{RuntimeDefault: true}, Privileged: tc.privileged,
 				Sysctls: map[string]string{"net.ipv4.tcp_syncookies": "1"}}
 			c, err := r.Start(context.Background(), cfg)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,7 +152,8 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &cfg.PidsLimit}
 	}
 	if cfg.OOMScoreAdj != 0 {
-		adj := cfg.OOMScoreAdj
+		current, canLower := agentOOMScoreAdj()
+		adj := clampOOMScoreAdj(cfg.OOMScoreAdj, current, canLower)
 		s.Process.OOMScoreAdj = &adj
 	}
 	if len(cfg.Sysctls) > 0 {
@@ -374,3 +376,26 @@ func isUnderOtherMount(dest string, mounts []specs.Mount) bool {
 	}
 	return false
 }
+
+// clampOOMScoreAdj is the oom_score_adj a container can be given: want, or
+// the agent's own (current) when want is lower and the agent may not lower
+// it (no CAP_SYS_RESOURCE, as on machines that withhold it), as containerd
+// restricts it; asking runc for less makes every start fail.
+func clampOOMScoreAdj(want, current int, canLower bool) int {
+	if want < current && !canLower {
+		return current
+	}
+	return want
+}
+
+// agentOOMScoreAdj is the agent's own oom_score_adj and whether it may set
+// a lower one.
+var agentOOMScoreAdj = sync.OnceValues(func() (int, bool) {
+	current := 0
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			current = n
+		}
+	}
+	return current, slices.Contains(currentCapabilities(), "CAP_SYS_RESOURCE")
+})

@@ -209,8 +209,9 @@ func TestSpecLimitsAndOOMScore(t *testing.T) {
 	if s.Linux.Resources.Pids == nil || *s.Linux.Resources.Pids.Limit != 4096 {
 		t.Errorf("pids limit %+v, want 4096", s.Linux.Resources.Pids)
 	}
-	if s.Process.OOMScoreAdj == nil || *s.Process.OOMScoreAdj != -997 {
-		t.Errorf("oom_score_adj %v, want -997", s.Process.OOMScoreAdj)
+	current, canLower := agentOOMScoreAdj()
+	if want := clampOOMScoreAdj(-997, current, canLower); s.Process.OOMScoreAdj == nil || *s.Process.OOMScoreAdj != want {
+		t.Errorf("oom_score_adj %v, want %d", s.Process.OOMScoreAdj, want)
 	}
 	if s = Spec(&runtime.ContainerConfig{Argv: []string{"x"}}, nil, "/cg"); s.Linux.Resources.Pids != nil || s.Process.OOMScoreAdj != nil {
 		t.Error("no limit asked, yet one set")
@@ -245,5 +246,24 @@ func TestPrepareRootfsConfinesMountPoints(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "escaped")); err != nil {
 		t.Errorf("the .. mount point is not inside the root: %v", err)
+	}
+}
+
+func TestClampOOMScoreAdj(t *testing.T) {
+	tests := []struct {
+		want, current int
+		canLower      bool
+		got           int
+	}{
+		{-997, 0, true, -997},
+		{-997, 0, false, 0}, // CAP_SYS_RESOURCE withheld: as low as the agent's own
+		{-997, -500, false, -500},
+		{1000, 0, false, 1000}, // raising needs no capability
+		{500, 0, true, 500},
+	}
+	for _, tc := range tests {
+		if got := clampOOMScoreAdj(tc.want, tc.current, tc.canLower); got != tc.got {
+			t.Errorf("clampOOMScoreAdj(%d, %d, %v) = %d, want %d", tc.want, tc.current, tc.canLower, got, tc.got)
+		}
 	}
 }
