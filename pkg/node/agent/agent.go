@@ -404,10 +404,10 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 	status := corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity,
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.opts.NodeIP}, {Type: corev1.NodeHostName, Address: hostname}},
-		Conditions: []corev1.NodeCondition{{
+		Conditions: append(pressureConditions(a.readNodeStats()), corev1.NodeCondition{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "steadyplane node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
-		}},
+			Message: "steadyplane node agent is posting ready status",
+		}),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.apiPort()}},
 		NodeInfo:        nodeInfo(a.opts.Runtime.Name()),
 	}
@@ -419,11 +419,7 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 	a.mu.Lock()
 	node := a.node.DeepCopy()
 	a.mu.Unlock()
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			status.Conditions[0].LastTransitionTime = c.LastTransitionTime
-		}
-	}
+	status.Conditions = withTransitions(status.Conditions, node.Status.Conditions, now)
 	node.Status = status
 	updated, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	if err != nil {
