@@ -25,8 +25,8 @@ const (
 
 // nodeStats is what the pressure conditions are decided from.
 type nodeStats struct {
-	memoryAvailable int64 // bytes; -1 when unknown
-	nodefs, imagefs images.DiskUsage
+	memoryAvailable  int64 // bytes; -1 when unknown
+	nodefs, imagefs  images.DiskUsage
 	pidsUsed, pidMax int64
 }
 
