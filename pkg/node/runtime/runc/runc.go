@@ -388,6 +388,9 @@ var stopStartGrace = 5 * time.Second
 func (r *Runtime) abortStart(shimPid int, shimEnded <-chan struct{}, cfg *runtime.ContainerConfig, why error) {
 	_ = syscall.Kill(-shimPid, syscall.SIGKILL) // its own session, so its own group
 	<-shimEnded
+	// runc create, killed on its way, may leave the copy of itself it
+	// mounts in the container's state directory (runc.XXXX) mounted.
+	_ = runtime.UnmountUnder(filepath.Join(r.opts.Root, cfg.ID))
 	_ = r.runc("delete", "--force", cfg.ID).Run()
 	rec, err := readRun(cfg.Dir)
 	if err != nil || rec.Run != cfg.Run {
