@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -154,10 +155,10 @@ func TestNormalize(t *testing.T) {
 // registry on 127.0.0.1, with credentials tried in order.
 func TestPullFromLoopbackRegistry(t *testing.T) {
 	reg := registry.New()
-	var wrongLogins int
+	var wrongLogins atomic.Int32 // handlers run at once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); ok && (u != "puller" || p != "secret") {
-			wrongLogins++
+			wrongLogins.Add(1)
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			http.Error(w, "wrong", http.StatusUnauthorized)
 			return
@@ -194,7 +195,7 @@ func TestPullFromLoopbackRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wrongLogins == 0 {
+	if wrongLogins.Load() == 0 {
 		t.Error("the first credential was never tried")
 	}
 	wantID, _ := img.ConfigName()
@@ -342,10 +343,10 @@ func tarDir(t *testing.T, dir, dst string) {
 // keeps the name the pod gave.
 func TestPullThroughMirror(t *testing.T) {
 	mirrorReg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	var mirrorLogins int
+	var mirrorLogins atomic.Int32 // handlers run at once
 	mirror := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); ok && u == "edge" && p == "pw" {
-			mirrorLogins++
+			mirrorLogins.Add(1)
 		} else if r.Method == http.MethodGet {
 			w.Header().Set("WWW-Authenticate", `Basic realm="mirror"`)
 			http.Error(w, "login", http.StatusUnauthorized)
@@ -383,8 +384,8 @@ func TestPullThroughMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.Names, []string{"docker.io/library/app:v1"}) || mirrorLogins == 0 {
-		t.Errorf("pulled %+v with %d mirror logins; want it named docker.io/library/app:v1, logged in with the file's login", got, mirrorLogins)
+	if !slices.Equal(got.Names, []string{"docker.io/library/app:v1"}) || mirrorLogins.Load() == 0 {
+		t.Errorf("pulled %+v with %d mirror logins; want it named docker.io/library/app:v1, logged in with the file's login", got, mirrorLogins.Load())
 	}
 }
 
