@@ -33,6 +33,17 @@ func (f *imagesStoreFlags) open() (*images.Store, error) {
 	return images.Open(dir)
 }
 
+// withStore opens the store for a subcommand's run.
+func (f *imagesStoreFlags) withStore(run func(cmd *cobra.Command, args []string, s *images.Store) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, err := f.open()
+		if err != nil {
+			return err
+		}
+		return run(cmd, args, s)
+	}
+}
+
 func unpackOptions() images.UnpackOptions { return images.UnpackOptions{Rootless: os.Geteuid() != 0} }
 
 func newImagesCommand() *cobra.Command {
@@ -55,11 +66,7 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 		Use:   "import ARCHIVE...",
 		Short: "Import images from docker-save or OCI archives",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := f.open()
-			if err != nil {
-				return err
-			}
+		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
 			for _, a := range args {
 				start := time.Now()
 				fmt.Fprintf(cmd.ErrOrStderr(), "importing %s ...\n", a)
@@ -72,17 +79,13 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 				}
 			}
 			return nil
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "pull REFERENCE",
 		Short: "Pull an image from its registry or its mirrors in <data-dir>/registries.yaml (plain HTTP only to loopback registries and http:// mirrors)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := f.open()
-			if err != nil {
-				return err
-			}
+		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
 			regs, err := images.LoadRegistries(filepath.Join(f.dataDir, "registries.yaml"))
 			if err != nil {
@@ -95,18 +98,14 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pulled %s %s\n", shortID(img.ID), strings.Join(img.RepoDigests, ", "))
 			return nil
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the images in the store",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := f.open()
-			if err != nil {
-				return err
-			}
+		RunE: f.withStore(func(cmd *cobra.Command, _ []string, s *images.Store) error {
 			imgs, err := s.List()
 			if err != nil {
 				return err
@@ -130,18 +129,14 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 				}
 			}
 			return tw.Flush()
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "rm REFERENCE...",
 		Aliases: []string{"remove"},
 		Short:   "Remove images (a name, a digest or an image ID); layers a running container uses stay until it ends",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := f.open()
-			if err != nil {
-				return err
-			}
+		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
 			for _, a := range args {
 				img, err := s.Remove(a)
 				if err != nil {
@@ -150,7 +145,7 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", a, shortID(img.ID))
 			}
 			return nil
-		},
+		}),
 	})
 	return cmd
 }

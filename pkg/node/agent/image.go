@@ -94,6 +94,9 @@ func newImageService(puller *images.Puller) *imageService {
 // pulledImage is a container's image as the store has it.
 type pulledImage struct {
 	images.Image
+	// name is the container's image reference, normalized, as its status
+	// shows it.
+	name   string
 	config *v1.ConfigFile
 	// layers are the image's layer directories, top first.
 	layers []string
@@ -151,21 +154,25 @@ func (s *imageService) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	} else {
 		event(corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
 	}
-	return s.load(img)
+	return s.load(img, name)
 }
 
 // present returns c's image if the store has it, without pulling: for a
 // run a previous agent left.
 func (s *imageService) present(c *corev1.Container) (*pulledImage, bool) {
-	img, ok, err := s.store.Get(c.Image)
+	_, name, err := images.Normalize(c.Image)
+	if err != nil {
+		return nil, false
+	}
+	img, ok, err := s.store.Get(name)
 	if err != nil || !ok {
 		return nil, false
 	}
-	p, err := s.load(img)
+	p, err := s.load(img, name)
 	return p, err == nil
 }
 
-func (s *imageService) load(img images.Image) (*pulledImage, error) {
+func (s *imageService) load(img images.Image, name string) (*pulledImage, error) {
 	cf, err := s.store.Config(img.ID)
 	if err != nil {
 		return nil, &imageError{ReasonErrImagePull, err}
@@ -174,7 +181,7 @@ func (s *imageService) load(img images.Image) (*pulledImage, error) {
 	if err != nil {
 		return nil, &imageError{ReasonErrImagePull, err}
 	}
-	return &pulledImage{Image: img, config: cf, layers: layers}, nil
+	return &pulledImage{Image: img, name: name, config: cf, layers: layers}, nil
 }
 
 // credentials are the logins the pod's image pull secrets hold for the

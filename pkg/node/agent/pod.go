@@ -221,8 +221,12 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 		if err := w.host.images().store.Lease(cfg.ID, img.Image); err != nil {
 			return nil, err
 		}
-		if err := w.host.images().store.Used(img.ID); err != nil {
-			klog.ErrorS(err, "Recording an image's use", "image", img.ID)
+		// Garbage collection goes by the minute: a crash loop or a
+		// hundred pods starting need not rewrite the store's index each.
+		if time.Since(img.LastUsed) > time.Minute {
+			if err := w.host.images().store.Used(img.ID); err != nil {
+				klog.ErrorS(err, "Recording an image's use", "image", img.ID)
+			}
 		}
 	}
 	cfg.Mounts = append(append([]runtime.Mount{}, w.setup.hostFiles...), mounts...)

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podstatus"
@@ -98,10 +97,7 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	}
 	if c.image != nil {
 		// As the kubelet shows them: the image's full name and its content.
-		if _, name, err := images.Normalize(c.spec.Image); err == nil {
-			s.Image = name
-		}
-		s.ImageID = c.image.ref()
+		s.Image, s.ImageID = c.image.name, c.image.ref()
 	}
 	if c.last != nil {
 		s.LastTerminationState.Terminated = c.last

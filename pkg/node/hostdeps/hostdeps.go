@@ -45,8 +45,8 @@ var Machine = Probe{
 	},
 }
 
-// cniPlugins are the plugins steadyplane's pod network uses.
-var cniPlugins = []string{"bridge", "host-local", "loopback", "portmap"}
+// cniPlugins are the plugins steadyplane's pod network uses, with NAT.
+var cniPlugins = podnet.Plugins(true)
 
 // Missing returns what the node needs and the machine lacks, in order.
 func Missing(p Probe) []Dependency {

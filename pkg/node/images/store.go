@@ -201,7 +201,7 @@ func (s *Store) Remove(ref string) (Image, error) {
 			idx.Images = slices.Delete(idx.Images, i, i+1)
 			return nil
 		}
-		return fmt.Errorf("image %q: %w", ref, os.ErrNotExist)
+		return fmt.Errorf("image %q is not in the store (%w)", ref, os.ErrNotExist)
 	})
 	if err != nil {
 		return Image{}, err

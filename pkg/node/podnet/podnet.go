@@ -31,6 +31,16 @@ import (
 // manual installs put the plugins.
 var PluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
+// Plugins are the CNI plugins the pod network calls: portmap (hostPorts
+// and masquerade) only with NAT.
+func Plugins(nat bool) []string {
+	plugins := []string{"bridge", "host-local", "loopback"}
+	if nat {
+		plugins = append(plugins, "portmap")
+	}
+	return plugins
+}
+
 // Config is what the pod network is made of.
 type Config struct {
 	// PodCIDR is the node's range of pod addresses.
@@ -164,11 +174,7 @@ func New(cfg Config, confPath, cacheDir string) (*Network, error) {
 	if err := CheckFree(cfg.PodCIDR, routes, cfg.Bridge); err != nil {
 		return nil, err
 	}
-	plugins := []string{"bridge", "host-local", "loopback"}
-	if cfg.NAT {
-		plugins = append(plugins, "portmap")
-	}
-	for _, p := range plugins {
+	for _, p := range Plugins(cfg.NAT) {
 		if _, err := invoke.FindInPath(p, PluginDirs); err != nil {
 			return nil, fmt.Errorf("CNI plugin %s not found in %v (Debian package containernetworking-plugins)", p, PluginDirs)
 		}
