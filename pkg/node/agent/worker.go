@@ -383,11 +383,11 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 		case actStart:
 			w.start(ctx, pod, c, now)
 		case actStartProbes:
-			// The environment was made for the run already, so it is made
-			// again without error; a run adopted with an environment that
-			// cannot be made gets no probes.
-			if env, _, err := w.env(ctx, pod, c, c.image); err == nil {
-				w.startProbes(ctx, pod, c, env)
+			// The environment the run was made with (its ConfigMaps and
+			// Secrets read once); a run adopted with an environment that
+			// could not be made gets no probes.
+			if c.runSpec != nil && c.runSpec.Env != nil {
+				w.startProbes(ctx, pod, c, c.runSpec.Env)
 			}
 		case actStopProbes:
 			w.stopProbes(c)
