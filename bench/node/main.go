@@ -5,7 +5,7 @@
 //     Create to Running seen through a watch (median, p90, worst, all);
 //
 //   - the agent's CPU and RSS idle and with --load pods running (and, under
-//     runc, the RSS of the per-container shims);
+//     runc, the memory of the per-container monitors, conmon);
 //
 //   - CNI setup and teardown of one pod network, --cycles times.
 //
@@ -144,8 +144,8 @@ func measureRuntime(ctx context.Context, rt string, n, load int, sample time.Dur
 	cpu, rss = testenv.ProcessCost(cp.Node.Pid(), sample)
 	fmt.Printf("[%s] agent with %d pods: %.2f%% of a core, %.1f MiB RSS (%.1f MiB private)", rt, load, cpu, rss, testenv.PrivateMiB(cp.Node.Pid()))
 	if rt == "runc" {
-		shims, private := shimsPrivate()
-		fmt.Printf("; %d container shims, %.1f MiB private memory in all (%.1f MiB each; the binary's pages are shared)", shims, private, private/float64(max(shims, 1)))
+		n, private, pss := monitorsMemory()
+		fmt.Printf("; %d container monitors (conmon): %.2f MiB private, %.2f MiB PSS each", n, private/float64(max(n, 1)), pss/float64(max(n, 1)))
 	}
 	fmt.Println()
 	// Pods stop with grace 0, so the cluster's stop is quick.
@@ -182,22 +182,23 @@ func waitRunning(ctx context.Context, cs kubernetes.Interface, n int) error {
 	return fmt.Errorf("not %d pods Running within 5 minutes", n)
 }
 
-// shimsPrivate counts the container shims and their private memory.
-func shimsPrivate() (int, float64) {
+// monitorsMemory counts the container monitors (conmon) and sums their
+// private memory and their PSS.
+func monitorsMemory() (n int, private, pss float64) {
 	entries, _ := os.ReadDir("/proc")
-	n, rss := 0, 0.0
 	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), "\x00container-shim\x00") {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(b)) != "conmon" {
 			continue
 		}
 		var pid int
 		if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
 			n++
-			rss += testenv.PrivateMiB(pid)
+			private += testenv.PrivateMiB(pid)
+			pss += testenv.PSSMiB(pid)
 		}
 	}
-	return n, rss
+	return n, private, pss
 }
 
 // measureCNI times the pod network alone: a sandbox's pinned network
@@ -215,8 +216,8 @@ func measureCNI(ctx context.Context, cycles int) error {
 	if err != nil {
 		return err
 	}
-	// Sandboxes only: no container starts, so the shim is never run.
-	rt, err := runc.New(runc.Options{Root: filepath.Join(dir, "runc"), Shim: []string{"unused"}})
+	// Sandboxes only: no container starts, so the exit hook is never run.
+	rt, err := runc.New(runc.Options{Root: filepath.Join(dir, "runc"), ExitHook: []string{"unused"}})
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func newCleanupCommand() *cobra.Command {
 		Short: "Stop what an `up` killed with -9 left running, and unmount its files (as k3s-killall.sh)",
 		Long: `Stop everything an "up" in --data-dir left behind when it could not stop in order (kill -9,
 a crash, a power cut while the data directory was on a surviving disk): its processes
-(etcd, the API server, the node agent, container shims), every container the node agent
+(etcd, the API server, the node agent, container monitors), every container the node agent
 ran, every mount under the data directory (pod root filesystems, namespaces), and the
 pods' bridge. The data stays unless --remove-data: the next "up" continues from it.`,
 		Example: `  sudo steadyplane cleanup --data-dir .steadyplane

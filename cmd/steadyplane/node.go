@@ -42,7 +42,7 @@ func setUpRuntime(o *agent.Options, mode string, net podnet.Config, logs logRota
 	if err != nil {
 		return err
 	}
-	rt, err := runc.New(runc.Options{Root: filepath.Join(o.RootDir, "runc"), Shim: []string{self, "container-shim"},
+	rt, err := runc.New(runc.Options{Root: filepath.Join(o.RootDir, "runc"), ExitHook: []string{self, "container-exited"},
 		LogMaxSize: logs.maxSize.Value(), LogMaxFiles: logs.maxFiles})
 	if err != nil {
 		return err
@@ -92,19 +92,19 @@ func setUpImages(o *agent.Options, storeDir, importDir, registriesFile string) e
 	return nil
 }
 
-func newContainerShimCommand() *cobra.Command {
+func newContainerExitedCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:                "container-shim",
-		Short:              "Watch one runc container for the node agent (started by the agent)",
-		Long:               runc.ShimUsage,
+		Use:                "container-exited",
+		Short:              "Record the end of a runc container for the node agent (run by conmon)",
+		Long:               runc.ExitHookUsage,
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
-				fmt.Println(runc.ShimUsage)
+				fmt.Println(runc.ExitHookUsage)
 				return nil
 			}
-			os.Exit(runc.ShimMain(args))
+			os.Exit(runc.ExitHookMain(args))
 			return nil
 		},
 	}

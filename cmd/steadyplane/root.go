@@ -33,7 +33,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newSchedulerCommand(),
 		newCertsCommand(),
 		newNodeCommand(),
-		newContainerShimCommand(),
+		newContainerExitedCommand(),
 		newReadinessControllerCommand(),
 		newStartupMonitorCommand(),
 		newOperatorCommand(),

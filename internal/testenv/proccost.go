@@ -44,8 +44,14 @@ func RSSMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
 // what each more process of the same binary costs.
 func PrivateMiB(pid int) float64 { return statusMiB(pid, "RssAnon:") }
 
-func statusMiB(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// PSSMiB is a process's proportional set size in MiB: its private memory
+// plus its share of the pages it shares (a binary's, a library's).
+func PSSMiB(pid int) float64 { return procMiB(pid, "smaps_rollup", "Pss:") }
+
+func statusMiB(pid int, field string) float64 { return procMiB(pid, "status", field) }
+
+func procMiB(pid int, file, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0
 	}

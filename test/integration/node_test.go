@@ -193,9 +193,9 @@ func TestNodeAgent(t *testing.T) {
 			if n := countProcesses("sleep\x003601"); n != 1 {
 				got, _ := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 				cdir := filepath.Join(dir, "node", "pods", fmt.Sprintf("default_survivor_%s", got.UID), "c")
-				shimLog, _ := os.ReadFile(filepath.Join(cdir, "shim.log"))
+				monitorLog, _ := os.ReadFile(filepath.Join(cdir, "monitor.log"))
 				run, _ := os.ReadFile(filepath.Join(cdir, "run.json"))
-				t.Fatalf("sample %d: %d copies of the container; status %+v; run.json %s; shim.log:\n%s", i, n, got.Status.ContainerStatuses, run, shimLog)
+				t.Fatalf("sample %d: %d copies of the container; status %+v; run.json %s; monitor.log:\n%s", i, n, got.Status.ContainerStatuses, run, monitorLog)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

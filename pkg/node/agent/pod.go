@@ -112,7 +112,10 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 		}
 	}
 	if err := runtime.UnmountUnder(w.podDir(pod)); err != nil {
-		klog.ErrorS(err, "Unmounting the pod's root filesystems", "pod", klog.KObj(pod))
+		// A mount left there may be a hostPath's subPath: removing the
+		// directory would remove the host's files through it.
+		klog.ErrorS(err, "Unmounting the pod's root filesystems and subPaths; its directory stays", "pod", klog.KObj(pod), "dir", w.podDir(pod))
+		return
 	}
 	if err := os.RemoveAll(w.podDir(pod)); err != nil {
 		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))
@@ -204,7 +207,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	cfg.PidsLimit = w.opts.PodPidsLimit
 	memory := w.host.allocatable()[corev1.ResourceMemory]
 	cfg.OOMScoreAdj = qos.GetContainerOOMScoreAdjust(pod, spec, memory.Value())
-	mounts, err := w.setup.volumes.Mounts(spec)
+	mounts, err := w.setup.volumes.Mounts(spec, w.opts.Runtime.Isolated())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}

@@ -1,6 +1,7 @@
 // Package hostdeps is what a node needs from its machine to give pods the
 // whole product (isolation, a pod network, hostPorts and masquerade): runc,
-// the standard CNI plugins and iptables. `up` installs what is missing from
+// conmon (the monitor of each container), the standard CNI plugins and
+// iptables. `up` installs what is missing from
 // the distribution's archive, with a progress line, rather than quietly
 // running a lesser cluster: the distribution keeps them patched, which a
 // copy carried in steadyplane's binary would not be.
@@ -54,6 +55,9 @@ func Missing(p Probe) []Dependency {
 	if _, err := p.LookPath("runc"); err != nil {
 		out = append(out, Dependency{"runc", "runc"})
 	}
+	if _, err := p.LookPath("conmon"); err != nil {
+		out = append(out, Dependency{"conmon", "conmon"})
+	}
 	for _, plugin := range cniPlugins {
 		if p.FindPlugin(plugin) != nil {
 			out = append(out, Dependency{"the CNI plugin " + plugin, "containernetworking-plugins"})
@@ -97,7 +101,7 @@ func Plan(missing []Dependency, root, haveAptGet bool) (install []string, err er
 	case !root:
 		return nil, fmt.Errorf("isolated pods need root and %s, which this machine lacks: run as root (sudo), which installs them, or run `sudo %s` first; --runtime=process runs pods as host processes instead (not isolated)", strings.Join(names, ", "), InstallCommand(pkgs))
 	case !haveAptGet:
-		return nil, fmt.Errorf("isolated pods need %s, which this machine lacks, and there is no apt-get to install them: install runc, iptables and the CNI plugins (%s) into one of %v; or pass --runtime=process to run pods as host processes (not isolated)", strings.Join(names, ", "), strings.Join(cniPlugins, ", "), podnet.PluginDirs)
+		return nil, fmt.Errorf("isolated pods need %s, which this machine lacks, and there is no apt-get to install them: install runc, conmon, iptables and the CNI plugins (%s) into one of %v; or pass --runtime=process to run pods as host processes (not isolated)", strings.Join(names, ", "), strings.Join(cniPlugins, ", "), podnet.PluginDirs)
 	}
 	return pkgs, nil
 }

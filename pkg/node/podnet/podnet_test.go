@@ -106,7 +106,7 @@ func testNetwork(t *testing.T, cidr, bridge string) (*Network, *runc.Runtime, st
 		testci.CannotRun(t, "pod network: %v", err)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
-	r, err := runc.New(runc.Options{Root: filepath.Join(dir, "runc"), Shim: []string{"unused"}})
+	r, err := runc.New(runc.Options{Root: filepath.Join(dir, "runc"), ExitHook: []string{"unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -370,41 +370,47 @@ func (v *Volumes) token(ctx context.Context, s *corev1.ServiceAccountTokenProjec
 }
 
 // Mounts returns the bind mounts of container c: each volumeMount's volume
-// (or subPath inside it) at its mountPath. Volumes must be set up.
-func (v *Volumes) Mounts(c *corev1.Container) ([]runtime.Mount, error) {
+// (or subPath inside it) at its mountPath. Volumes must be set up. With pin,
+// each subPath is bind-mounted through a file descriptor under the pod's
+// volumes directory and that mount is the source (see pinSubPath): what a
+// runtime that mounts by path (runc) needs; without it (host processes,
+// which mount nothing) the source is the subPath's path.
+func (v *Volumes) Mounts(c *corev1.Container, pin bool) ([]runtime.Mount, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var mounts []runtime.Mount
-	for _, m := range c.VolumeMounts {
+	for i, m := range c.VolumeMounts {
 		src, ok := v.paths[m.Name]
 		if !ok {
 			return nil, fmt.Errorf("volume mount %q: no volume of that name is set up", m.Name)
 		}
 		if m.SubPath != "" {
-			sub := filepath.Clean(m.SubPath)
-			if filepath.IsAbs(sub) || sub == ".." || strings.HasPrefix(sub, "../") {
-				return nil, fmt.Errorf("volume mount %q: subPath %q leaves the volume", m.Name, m.SubPath)
+			var err error
+			if src, err = v.subPath(src, m, c.Name, i, pin); err != nil {
+				return nil, fmt.Errorf("volume mount %q: subPath %q: %w", m.Name, m.SubPath, err)
 			}
-			src = filepath.Join(src, sub)
-			if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
-				if err := os.MkdirAll(src, 0o755); err != nil {
-					return nil, err
-				}
-			}
-			// A symbolic link in the volume must not lead out of it.
-			real, err := filepath.EvalSymlinks(src)
-			if err != nil {
-				return nil, err
-			}
-			base, _ := filepath.EvalSymlinks(v.paths[m.Name])
-			if real != base && !strings.HasPrefix(real, base+"/") {
-				return nil, fmt.Errorf("volume mount %q: subPath %q leaves the volume", m.Name, m.SubPath)
-			}
-			src = real
 		}
 		mounts = append(mounts, runtime.Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly || v.readOnlyVolume(m.Name)})
 	}
 	return mounts, nil
+}
+
+// subPath returns the source of mount m (the i-th of container): the
+// subPath inside the volume at root, pinned if pin says so.
+func (v *Volumes) subPath(root string, m corev1.VolumeMount, container string, i int, pin bool) (string, error) {
+	h, err := resolveSubPath(root, m.SubPath)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	if !pin {
+		return filepath.EvalSymlinks(filepath.Join(root, m.SubPath))
+	}
+	target := filepath.Join(v.dir, subPathDir, m.Name, container, strconv.Itoa(i))
+	if err := pinSubPath(h, target); err != nil {
+		return "", err
+	}
+	return target, nil
 }
 
 // readOnlyVolume: API-made volumes are read-only in the container, as the

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/steadyplane/steadyplane/internal/testci"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 func TestCheck(t *testing.T) {
@@ -99,7 +104,7 @@ func TestMountsAndSubPath(t *testing.T) {
 		{corev1.VolumeMount{Name: "nope", MountPath: "/n"}, "", false, false},
 	}
 	for _, tc := range cases {
-		ms, err := v.Mounts(&corev1.Container{VolumeMounts: []corev1.VolumeMount{tc.m}})
+		ms, err := v.Mounts(&corev1.Container{VolumeMounts: []corev1.VolumeMount{tc.m}}, false)
 		if (err == nil) != tc.ok {
 			t.Errorf("%+v: %v, want ok=%v", tc.m, err, tc.ok)
 			continue
@@ -108,4 +113,101 @@ func TestMountsAndSubPath(t *testing.T) {
 			t.Errorf("%+v: %+v", tc.m, ms[0])
 		}
 	}
+}
+
+// TestSubPathSwappedForSymlink is the regression test of the subPath
+// finding: a pod that swaps its subPath directory for a symbolic link to
+// the host between the agent's check and the mount must not get the host's
+// files (CVE-2017-1002101's class). The mount goes through the file the
+// check opened, and a later run sees the link and is refused.
+func TestSubPathSwappedForSymlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "subPaths are pinned by bind mounts: needs root")
+	}
+	dir, outside := t.TempDir(), t.TempDir()
+	t.Cleanup(func() {
+		if err := runtime.UnmountUnder(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}}}
+	v := New(pod, dir, nil, nil)
+	if err := v.Setup(context.Background(), time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	scratch := v.EmptyDirPath("scratch")
+	data, swap := filepath.Join(scratch, "data"), filepath.Join(scratch, "swap")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "mine"), []byte("pod"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, swap); err != nil {
+		t.Fatal(err)
+	}
+	exchange := func() {
+		if err := unix.Renameat2(unix.AT_FDCWD, data, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE); err != nil {
+			t.Error(err)
+		}
+	}
+	c := &corev1.Container{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/d", SubPath: "data"}}}
+	hostFilesIn := func(src string) bool {
+		_, err := os.Stat(filepath.Join(src, "secret"))
+		return err == nil
+	}
+
+	ms, err := v.Mounts(c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := ms[0].Source
+	if !strings.HasPrefix(src, dir+"/") {
+		t.Fatalf("source %s is not a pinned mount under the pod's volumes", src)
+	}
+	exchange() // the swap, after the check, before runc mounts the source
+	if hostFilesIn(src) {
+		t.Fatal("the swapped subPath mounted the host's directory")
+	}
+	if b, err := os.ReadFile(filepath.Join(src, "mine")); err != nil || string(b) != "pod" {
+		t.Fatalf("the pinned subPath lost the pod's file: %q %v", b, err)
+	}
+	if _, err := v.Mounts(c, true); err == nil || !strings.Contains(err.Error(), "leaves the volume") {
+		t.Fatalf("the next run's subPath, now a link to the host, gave %v; want it refused", err)
+	}
+
+	// The swap racing with the check and the mount: whatever the order,
+	// never the host's files.
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				exchange()
+			}
+		}
+	}()
+	mounted := 0
+	for i := 0; i < 300; i++ {
+		ms, err := v.Mounts(c, true)
+		if err != nil {
+			continue
+		}
+		mounted++
+		if hostFilesIn(ms[0].Source) {
+			t.Errorf("round %d: the subPath mounted the host's directory", i)
+			break
+		}
+	}
+	close(stop)
+	<-done
+	t.Logf("%d of 300 racing mounts went through, none to the host", mounted)
 }

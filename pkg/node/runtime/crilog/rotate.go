@@ -83,14 +83,21 @@ func (r *Rotating) rotate() error {
 		return err
 	}
 	r.f = nil
-	rotated := r.path + "." + r.now().UTC().Format("20060102-150405.000000000")
-	if err := os.Rename(r.path, rotated); err != nil {
+	if err := RotateFile(r.path, r.now()); err != nil {
 		return err
 	}
 	if err := r.open(); err != nil {
 		return err
 	}
 	return PruneRotated(r.path, r.maxFiles-1)
+}
+
+// RotateFile renames the log at path to its rotated name for time now,
+// <path>.<UTC time>: the names Rotated finds, oldest first, and the
+// kubelet's log manager's. Whoever writes the log must then open path
+// afresh.
+func RotateFile(path string, now time.Time) error {
+	return os.Rename(path, path+"."+now.UTC().Format("20060102-150405.000000000"))
 }
 
 // Close closes the current file.

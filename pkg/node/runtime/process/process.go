@@ -56,7 +56,9 @@ func (Runtime) Start(_ context.Context, cfg *runtime.ContainerConfig) (runtime.C
 	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o700); err != nil {
 		return nil, err
 	}
-	logFile, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// Rotated as the kubelet rotates by default; the process runtime is the
+	// agent's own child, so the agent's writer does it.
+	logFile, err := crilog.OpenRotating(cfg.LogPath, crilog.DefaultMaxSize, crilog.DefaultMaxFiles)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package runc is the node agent's isolating runtime: each container runs
-// under runc from an OCI bundle the agent writes, watched by a shim process
-// ("steadyplane container-shim") that outlives the agent, so that a restarted
-// agent adopts running containers instead of restarting them. A pod's
+// under runc from an OCI bundle the agent writes, watched by conmon (see
+// monitor.go), which outlives the agent, so that a restarted agent adopts
+// running containers instead of restarting them. A pod's
 // containers share network, IPC and UTS namespaces pinned under the pod's
 // directory; each has its own mount and PID namespace.
 package runc
@@ -12,11 +12,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,26 +37,34 @@ type Options struct {
 	Binary string
 	// Root is runc's state directory (--root), the agent's own.
 	Root string
-	// Shim is the command that starts a shim: the agent's own binary and
-	// the container-shim subcommand.
-	Shim []string
+	// Monitor is conmon's path; "" looks it up in PATH.
+	Monitor string
+	// ExitHook is the command conmon runs when a container has ended: the
+	// agent's own binary and the container-exited subcommand.
+	ExitHook []string
 	// CgroupParent is the cgroup under which containers get theirs.
 	CgroupParent string
 	// LogMaxSize and LogMaxFiles rotate each run's log (0: the kubelet's
 	// defaults, 10 MiB and 5 files).
 	LogMaxSize  int64
 	LogMaxFiles int
+	// LogCheckEvery is how often every running container's log size is
+	// checked for rotation besides the checks on writes (0: every 10s, the
+	// kubelet's period).
+	LogCheckEvery time.Duration
 }
 
 // Runtime runs containers under runc.
 type Runtime struct {
 	opts   Options
 	system []HostPath
+	logs   *logRotator
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
 
-// Available tells whether runc can be used here: root and a runc binary.
+// Available tells whether runc can be used here: root, a runc binary and
+// conmon to watch its containers. It returns runc's path.
 func Available() (string, error) {
 	if os.Geteuid() != 0 {
 		return "", errors.New("the node agent does not run as root")
@@ -64,6 +72,9 @@ func Available() (string, error) {
 	p, err := exec.LookPath("runc")
 	if err != nil {
 		return "", errors.New("runc is not installed (Debian package runc)")
+	}
+	if _, err := exec.LookPath("conmon"); err != nil {
+		return "", errors.New("conmon, the monitor of runc's containers, is not installed (Debian package conmon)")
 	}
 	return p, nil
 }
@@ -84,8 +95,15 @@ func New(o Options) (*Runtime, error) {
 		}
 		o.Binary = p
 	}
-	if len(o.Shim) == 0 {
-		return nil, errors.New("no shim command")
+	if o.Monitor == "" {
+		p, err := exec.LookPath("conmon")
+		if err != nil {
+			return nil, errors.New("conmon, the monitor of runc's containers, is not installed (Debian package conmon)")
+		}
+		o.Monitor = p
+	}
+	if len(o.ExitHook) == 0 {
+		return nil, errors.New("no exit hook command")
 	}
 	if o.CgroupParent == "" {
 		o.CgroupParent = "/steadyplane"
@@ -96,10 +114,13 @@ func New(o Options) (*Runtime, error) {
 	if o.LogMaxFiles <= 0 {
 		o.LogMaxFiles = crilog.DefaultMaxFiles
 	}
+	if o.LogCheckEvery <= 0 {
+		o.LogCheckEvery = 10 * time.Second
+	}
 	if err := os.MkdirAll(o.Root, 0o700); err != nil {
 		return nil, err
 	}
-	return &Runtime{opts: o, system: FindSystemDirs()}, nil
+	return &Runtime{opts: o, system: FindSystemDirs(), logs: newLogRotator(o.LogMaxSize, o.LogMaxFiles, o.LogCheckEvery)}, nil
 }
 
 // Name implements runtime.Runtime.
@@ -214,28 +235,34 @@ func unpin(nsDir string) error {
 
 // files of a container's directory
 const (
-	bundleDir    = "bundle"
-	runFile      = "run.json"  // the current run: number, pids, start time
-	exitFile     = "exit.json" // how the last run ended
-	shimPidFile  = "shim.pid"
-	shimLogFile  = "shim.log"
-	runcLogFile  = "runc.log"
-	startTimeout = time.Minute
+	bundleDir        = "bundle"
+	runFile          = "run.json"  // the current run: number, pids, start time
+	exitFile         = "exit.json" // how the last run ended (the exit hook writes it)
+	monitorPidFile   = "monitor.pid"
+	monitorLogFile   = "monitor.log"
+	containerPidFile = "container.pid"
+	runcLogFile      = "runc.log"
+	exitDir          = "exits"   // conmon's exit code, in a file named by the container id
+	persistDir       = "persist" // conmon's own record of the run
+	socketDir        = "sockets" // conmon's attach socket
+	startTimeout     = time.Minute
 )
 
-// runRecord is a run as the shim records it when the container started.
+// runRecord is a run as the agent records it once the container started.
 type runRecord struct {
 	Run       int32     `json:"run"`
 	ID        string    `json:"id"`
 	Pid       int       `json:"pid"`
 	StartedAt time.Time `json:"startedAt"`
+	// LogPath is the run's log, which the agent rotates while it runs.
+	LogPath string `json:"logPath,omitempty"`
 }
 
 func (r *Runtime) cgroupsPath(id string) string { return r.opts.CgroupParent + "/" + id }
 
-// Start implements runtime.Runtime: writes the bundle, starts a shim that
-// creates and starts the container and waits for it, and returns once the
-// container runs (or with runc's error).
+// Start implements runtime.Runtime: writes the bundle, starts a monitor
+// (conmon) that creates the container and waits for it, starts it, and
+// returns once the container runs (or with runc's error).
 func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runtime.Container, error) {
 	if len(cfg.Argv) == 0 {
 		return nil, errors.New("no command")
@@ -253,8 +280,13 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	}
 	bundle := filepath.Join(cfg.Dir, bundleDir)
 	rootfs := filepath.Join(bundle, "rootfs")
-	// A run a dead shim left (the agent found none to adopt): gone for good,
-	// before its root filesystem is made again.
+	// A run the agent found none to adopt (a dead monitor's, or one created
+	// but never started when an agent died): gone for good, its monitor
+	// first, so that its exit hook cannot delete the run made now.
+	if pid, alive := process.ReadPidFile(filepath.Join(cfg.Dir, monitorPidFile)); alive {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitForExit(pid)
+	}
 	_ = r.runc("delete", "--force", cfg.ID).Run()
 	if cfg.Rootfs != nil {
 		if err := mountImageRootfs(rootfs, cfg.Dir, cfg.Rootfs); err != nil {
@@ -277,69 +309,139 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	if err := atomicfile.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{runFile, exitFile, shimPidFile} {
+	for _, f := range []string{runFile, exitFile, monitorPidFile, containerPidFile, filepath.Join(exitDir, cfg.ID)} {
 		_ = os.Remove(filepath.Join(cfg.Dir, f))
 	}
+	for _, d := range []string{exitDir, persistDir, socketDir} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o700); err != nil {
+		return nil, err
+	}
 
-	ready, readyW, err := os.Pipe()
+	syncR, syncW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	defer ready.Close()
-	shimLog, err := os.OpenFile(filepath.Join(cfg.Dir, shimLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	defer syncR.Close()
+	monitorLog, err := os.OpenFile(filepath.Join(cfg.Dir, monitorLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		readyW.Close()
+		syncW.Close()
 		return nil, err
 	}
-	defer shimLog.Close()
-	args := append(append([]string{}, r.opts.Shim[1:]...),
-		"--runc="+r.opts.Binary, "--root="+r.opts.Root, "--id="+cfg.ID, "--dir="+cfg.Dir,
-		"--log="+cfg.LogPath, "--run="+strconv.Itoa(int(cfg.Run)), "--cgroup="+r.cgroupsPath(cfg.ID),
-		"--log-max-size="+strconv.FormatInt(r.opts.LogMaxSize, 10), "--log-max-files="+strconv.Itoa(r.opts.LogMaxFiles))
-	cmd := exec.Command(r.opts.Shim[0], args...)
-	cmd.Stdout, cmd.Stderr = shimLog, shimLog
-	cmd.ExtraFiles = []*os.File{readyW}
-	// Its own session: signals to the agent's group do not reach it, and it
-	// outlives the agent.
+	defer monitorLog.Close()
+	cmd := exec.Command(r.opts.Monitor, r.monitorArgs(cfg, r.exitHookArgs(cfg))...)
+	cmd.Stdout, cmd.Stderr = monitorLog, monitorLog
+	// conmon notes an OOM kill in a file "oom" in its working directory.
+	cmd.Dir = cfg.Dir
+	cmd.Env = append(os.Environ(), "_OCI_SYNCPIPE=3")
+	cmd.ExtraFiles = []*os.File{syncW}
+	// Its own session (conmon makes one too): signals to the agent's
+	// group do not reach it, and it outlives the agent.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		readyW.Close()
-		return nil, fmt.Errorf("starting the container shim: %w", err)
+		syncW.Close()
+		return nil, fmt.Errorf("starting the container's monitor (conmon): %w", err)
 	}
-	readyW.Close()
+	syncW.Close()
+	if err := process.WritePidFile(filepath.Join(cfg.Dir, monitorPidFile), cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, err
+	}
 	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run}
 	waited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(waited)
 	}()
-	line, err := readLine(ctx, ready, startTimeout, stopStartGrace)
-	if err != nil {
+	line, err := readLine(ctx, syncR, startTimeout, stopStartGrace)
+	if err != nil && line == "" {
+		if errors.Is(err, io.EOF) {
+			// conmon ended without a word: its own log says why.
+			<-waited
+			return nil, fmt.Errorf("the container's monitor ended before the container was created: %s", lastLines(filepath.Join(cfg.Dir, monitorLogFile)))
+		}
 		r.abortStart(cmd.Process.Pid, waited, cfg, err)
 		return nil, fmt.Errorf("starting the container: %w", err)
 	}
-	if !strings.HasPrefix(line, "started") {
-		<-waited
-		msg := strings.TrimPrefix(line, "failed ")
-		if msg == "" && err != nil {
-			msg = err.Error()
-		}
-		if msg == "" {
-			msg = "the container shim ended before the container started; see " + filepath.Join(cfg.Dir, shimLogFile)
-		}
-		return nil, errors.New(msg)
-	}
-	rec, err := readRun(cfg.Dir)
+	pid, err := parseSyncMessage(line)
 	if err != nil {
+		<-waited
+		return nil, errors.New(runcError(cfg.Dir, err))
+	}
+	startedAt := time.Now()
+	if err := r.runcStart(ctx, cfg.ID); err != nil {
+		r.abortStart(cmd.Process.Pid, waited, cfg, err)
 		return nil, err
 	}
-	started = true // the shim takes the root filesystem down when the run ends
-	c.started = rec.StartedAt
+	rec, _ := json.Marshal(runRecord{Run: cfg.Run, ID: cfg.ID, Pid: pid, StartedAt: startedAt, LogPath: cfg.LogPath})
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Dir, runFile), rec, 0o600); err != nil {
+		r.abortStart(cmd.Process.Pid, waited, cfg, err)
+		return nil, err
+	}
+	started = true // the exit hook takes the root filesystem down when the run ends
+	c.started = startedAt
+	stopRotating := r.logs.watch(cfg.LogPath, filepath.Join(bundle, "ctl"))
 	go func() {
 		<-waited
+		stopRotating()
 		c.finish()
 	}()
 	return c, nil
+}
+
+// runcStart starts a created container. The end of ctx abandons it after
+// stopStartGrace, as readLine does.
+func (r *Runtime) runcStart(ctx context.Context, id string) error {
+	cmd := r.runc("start", id)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("runc start: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timeout := time.NewTimer(startTimeout)
+	defer timeout.Stop()
+	ended := ctx.Done()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("runc start: %v: %s", err, strings.TrimSpace(out.String()))
+			}
+			return nil
+		case <-timeout.C:
+			_ = cmd.Process.Kill()
+			<-done
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w before the container started", ctx.Err())
+			}
+			return fmt.Errorf("runc start did not return within %v", startTimeout)
+		case <-ended:
+			ended = nil
+			timeout.Reset(stopStartGrace)
+		}
+	}
+}
+
+// lastLines returns the end of the file at path, for an error message.
+func lastLines(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "see " + path
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 500 {
+		s = "…" + s[len(s)-500:]
+	}
+	if s == "" {
+		return "it said nothing (" + path + ")"
+	}
+	return s
 }
 
 // readLine reads one line from f, giving up after timeout. The end of ctx
@@ -380,14 +482,15 @@ func readLine(ctx context.Context, f *os.File, timeout, grace time.Duration) (st
 // agent stops (a variable for tests that abandon starts at every stage).
 var stopStartGrace = 5 * time.Second
 
-// abortStart ends a start the agent gave up on (why): the shim may otherwise
-// start the container later, with nothing to watch or stop it. It kills the
-// shim's process group (runc create is in it), removes what runc created, and
-// when the container had started, records its end so that the next agent
-// neither adopts it nor runs it again as if it never had.
-func (r *Runtime) abortStart(shimPid int, shimEnded <-chan struct{}, cfg *runtime.ContainerConfig, why error) {
-	_ = syscall.Kill(-shimPid, syscall.SIGKILL) // its own session, so its own group
-	<-shimEnded
+// abortStart ends a start the agent gave up on (why): the monitor may
+// otherwise have the container started later, with nothing to watch or stop
+// it. It kills the monitor's process group (runc create and the exit hook
+// are in it), removes what runc created, and when the container had started,
+// records its end so that the next agent neither adopts it nor runs it again
+// as if it never had.
+func (r *Runtime) abortStart(monitorPid int, monitorEnded <-chan struct{}, cfg *runtime.ContainerConfig, why error) {
+	_ = syscall.Kill(-monitorPid, syscall.SIGKILL) // its own session, so its own group
+	<-monitorEnded
 	// runc create, killed on its way, may leave the copy of itself it
 	// mounts in the container's state directory (runc.XXXX) mounted.
 	_ = runtime.UnmountUnder(filepath.Join(r.opts.Root, cfg.ID))
@@ -413,19 +516,19 @@ func readRun(dir string) (runRecord, error) {
 	return rec, json.Unmarshal(b, &rec)
 }
 
-// Adopt implements runtime.Runtime: a run whose shim still watches it, or
-// one that ended while no agent watched (its exit file tells how).
+// Adopt implements runtime.Runtime: a run whose monitor still watches it,
+// or one that ended while no agent watched (its exit file tells how).
 func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) {
 	rec, err := readRun(cfg.Dir)
 	if err != nil || rec.ID != cfg.ID {
 		return nil, false
 	}
 	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt}
-	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile))
+	monitor, alive := process.ReadPidFile(filepath.Join(cfg.Dir, monitorPidFile))
 	if !alive {
 		if _, err := os.Stat(filepath.Join(cfg.Dir, exitFile)); err != nil {
-			// The shim died without recording an end (killed): stop what it
-			// left, the run is over.
+			// The monitor died without recording an end (killed): stop what
+			// it left, the run is over.
 			_ = r.runc("kill", cfg.ID, "KILL").Run()
 			_ = r.runc("delete", "--force", cfg.ID).Run()
 		}
@@ -433,8 +536,10 @@ func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) 
 		c.finish()
 		return c, true
 	}
+	stopRotating := r.logs.watch(rec.LogPath, filepath.Join(cfg.Dir, bundleDir, "ctl"))
 	go func() {
-		waitForExit(shim)
+		waitForExit(monitor)
+		stopRotating()
 		c.finish()
 	}()
 	return c, true
@@ -473,10 +578,10 @@ type container struct {
 	started time.Time
 }
 
-// finish reads how the run ended, from the exit file the shim wrote.
+// finish reads how the run ended, from the exit file the exit hook wrote.
 func (c *container) finish() {
 	exit := runtime.Exit{Run: c.run, StartedAt: c.started, FinishedAt: time.Now(), ExitCode: 255,
-		Message: "the container's end was not recorded (its shim was killed)"}
+		Message: "the container's end was not recorded (its monitor was killed)"}
 	if b, err := os.ReadFile(filepath.Join(c.dir, exitFile)); err == nil {
 		var e runtime.Exit
 		if json.Unmarshal(b, &e) == nil && e.Run == c.run {

@@ -20,10 +20,10 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
-// The test binary is its own container shim.
+// The test binary is its own exit hook.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "container-shim" {
-		os.Exit(ShimMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == "container-exited" {
+		os.Exit(ExitHookMain(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -38,7 +38,7 @@ func newTestRuntime(t *testing.T) (*Runtime, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Options{Root: filepath.Join(dir, "runc"), Shim: []string{self, "container-shim"}, CgroupParent: "/steadyplane-test"})
+	r, err := New(Options{Root: filepath.Join(dir, "runc"), ExitHook: []string{self, "container-exited"}, CgroupParent: "/steadyplane-test", LogCheckEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,8 @@ func TestRuncStopAndAdopt(t *testing.T) {
 	}
 	start := time.Now()
 	c.Stop(300 * time.Millisecond)
-	if e := c.Exit(); e.ExitCode != 137 || e.Signal != "SIGKILL" || time.Since(start) > 5*time.Second {
+	// 128+9, as conmon (and containerd) report a kill: the CRI has no signal.
+	if e := c.Exit(); e.ExitCode != 137 || time.Since(start) > 5*time.Second {
 		t.Errorf("a container ignoring SIGTERM: %+v after %v; want SIGKILL after the grace period", e, time.Since(start))
 	}
 }
@@ -244,7 +245,7 @@ func TestRuncStartWhileStopping(t *testing.T) {
 		if n := running(); n != 0 {
 			t.Errorf("grace %v: start abandoned, but %d of its processes run", grace, n)
 		}
-		if pid, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile)); alive {
+		if pid, alive := process.ReadPidFile(filepath.Join(cfg.Dir, monitorPidFile)); alive {
 			t.Errorf("grace %v: start abandoned, but its shim (pid %d) runs", grace, pid)
 		}
 		if out, err := r.runc("state", cfg.ID).CombinedOutput(); err == nil {
@@ -266,7 +267,7 @@ func TestRuncStartWhileStopping(t *testing.T) {
 	if _, err := r.Start(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, shimPidFile))
+	shim, alive := process.ReadPidFile(filepath.Join(cfg.Dir, monitorPidFile))
 	if !alive {
 		t.Fatal("no shim runs the container")
 	}
@@ -433,43 +434,72 @@ func TestRuncSeccompAndSysctls(t *testing.T) {
 	}
 }
 
-// TestRuncLogRotation: a container writing as fast as it can keeps its log
-// within the rotation's files and size.
+// TestRuncLogRotation: a container writing as fast as it can keeps its
+// logs within the rotation's files, each near the size; one writing
+// steadily has its log rotated with no line lost at a rotation.
 func TestRuncLogRotation(t *testing.T) {
 	r, dir := newTestRuntime(t)
 	r.opts.LogMaxSize, r.opts.LogMaxFiles = 64<<10, 3
+	r.logs = newLogRotator(r.opts.LogMaxSize, r.opts.LogMaxFiles, time.Second)
 	layers := imageLayers(t, dir)
 	sb, err := r.CreateSandbox("logs", filepath.Join(dir, "logs"), "logs", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.RemoveSandbox(sb)
-	cdir := filepath.Join(dir, "logs", "c")
-	cfg := &runtime.ContainerConfig{ID: "logs_c", Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
-		Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i of a container that writes fast; i=$((i+1)); done"},
-		Env:  []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, "0.log")}
-	c, err := r.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
+	run := func(name, script string) (logPath string, files int, total int64, lines []string) {
+		cdir := filepath.Join(dir, "logs", name)
+		cfg := &runtime.ContainerConfig{ID: "logs_" + name, Dir: cdir, Sandbox: sb, Rootfs: &runtime.Rootfs{Layers: layers},
+			Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/bin"}, LogPath: filepath.Join(cdir, "0.log")}
+		c, err := r.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exit := waitDone(t, c, 60*time.Second); exit.ExitCode != 0 {
+			t.Fatalf("%s: exit %d", name, exit.ExitCode)
+		}
+		rotated, _ := crilog.Rotated(cfg.LogPath)
+		for _, p := range append(rotated, cfg.LogPath) {
+			if st, err := os.Stat(p); err == nil {
+				files++
+				total += st.Size()
+				b, _ := os.ReadFile(p)
+				lines = append(lines, crilog.Lines(b)...)
+			}
+		}
+		return cfg.LogPath, files, total, lines
 	}
-	if exit := waitDone(t, c, 60*time.Second); exit.ExitCode != 0 {
-		t.Fatalf("exit %d", exit.ExitCode)
+
+	_, files, total, lines := run("flood", "i=0; while [ $i -lt 20000 ]; do echo line $i of a container that writes fast; i=$((i+1)); done")
+	// Rotated on writes: the files may pass the size by what is written
+	// while a rotation is under way, not by much.
+	if limit := int64(3 * 2 * 64 << 10); files > 3 || total > limit {
+		t.Errorf("flood: %d log files, %d bytes; want at most 3 files within %d bytes (about 1 MiB was written)", files, total, limit)
 	}
-	entries, _ := os.ReadDir(cdir)
-	var logs int
-	var total int64
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "0.log") {
-			logs++
-			info, _ := e.Info()
-			total += info.Size()
+	// The last line is in the current file, or in the newest rotated one
+	// when a rotation came after it.
+	if len(lines) == 0 || lines[len(lines)-1] != "line 19999 of a container that writes fast" {
+		t.Errorf("flood: the logs do not end with the last line written")
+	}
+
+	// About 200 KiB, rotated three times or more: no line is lost.
+	_, files, _, lines = run("steady", "i=0; while [ $i -lt 2000 ]; do echo line $i of a container that writes steadily, some ninety bytes a line....; i=$((i+1)); [ $((i % 10)) = 0 ] && sleep 0.01; done; true")
+	if files != 3 {
+		t.Errorf("steady: %d log files; want 3 (rotated twice or more, the oldest pruned)", files)
+	}
+	if len(lines) == 0 {
+		t.Fatal("steady: no log lines")
+	}
+	var first int
+	if _, err := fmt.Sscanf(lines[0], "line %d", &first); err != nil {
+		t.Fatalf("steady: first line %q", lines[0])
+	}
+	for i, l := range lines {
+		if want := fmt.Sprintf("line %d of", first+i); !strings.HasPrefix(l, want) {
+			t.Fatalf("steady: line %d of the kept logs is %q; want %q…: a line was lost at a rotation", i, l, want)
 		}
 	}
-	if logs != 3 || total > 3*64<<10 {
-		t.Errorf("%d log files, %d bytes; want 3 files within %d bytes (about 1 MiB was written)", logs, total, 3*64<<10)
-	}
-	lines := logLines(t, cfg.LogPath)
-	if len(lines) == 0 || lines[len(lines)-1] != "line 19999 of a container that writes fast" {
-		t.Errorf("the current log does not end with the last line written")
+	if first+len(lines) != 2000 {
+		t.Errorf("steady: the kept logs end at line %d; want 1999", first+len(lines)-1)
 	}
 }
