@@ -7,6 +7,11 @@
 //   - the agent's CPU and RSS idle and with --load pods running (and, under
 //     runc, the memory of the per-container monitors, conmon);
 //
+//   - under runc, pods from images: the time from Create to Running for an
+//     image pulled from a registry on 127.0.0.1 (a new image each, --pulls
+//     times) and for --pods pods of an image already in the store, created
+//     at once, with the memory of their monitors beside it;
+//
 //   - CNI setup and teardown of one pod network, --cycles times.
 //
 // Runtimes and CNI need root, runc and the CNI plugins for the runc figures;
@@ -17,8 +22,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,12 +36,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -43,6 +55,7 @@ func main() {
 	load := flag.Int("load", 100, "pods running while the agent's cost is sampled")
 	sample := flag.Duration("sample", 20*time.Second, "length of each CPU sample")
 	cycles := flag.Int("cycles", 30, "CNI setup/teardown cycles")
+	pulls := flag.Int("pulls", 5, "pods whose image is pulled, one at a time")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -65,6 +78,10 @@ func main() {
 		fmt.Printf("pod start, median runc / process: %.2fx\n", float64(r)/float64(p))
 	}
 	if slices.Contains(runtimes, "runc") {
+		if err := measureImages(ctx, *pods, *pulls); err != nil {
+			fmt.Fprintln(os.Stderr, "error (images):", err)
+			os.Exit(1)
+		}
 		if err := measureCNI(ctx, *cycles); err != nil {
 			fmt.Fprintln(os.Stderr, "error (cni):", err)
 			os.Exit(1)
@@ -180,6 +197,126 @@ func waitRunning(ctx context.Context, cs kubernetes.Interface, n int) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return fmt.Errorf("not %d pods Running within 5 minutes", n)
+}
+
+// measureImages measures pods from images under runc: pulls pods whose image
+// is pulled from a registry on 127.0.0.1 one at a time, then n pods at once
+// of an image already in the store.
+func measureImages(ctx context.Context, n, pulls int) error {
+	fmt.Println("[images] starting etcd, apiserver and the node agent (runc) on 127.0.0.1...")
+	cp, stopCluster, err := testenv.StartTempControlPlane(ctx, nil, func(o *controlplane.Options) { o.NodeRuntime = "runc" })
+	if err != nil {
+		return err
+	}
+	defer stopCluster()
+	if err := cp.Node.Start(); err != nil {
+		return err
+	}
+	if err := cp.WaitNodeReady(ctx); err != nil {
+		return err
+	}
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	busybox, err := testimage.Busybox()
+	if err != nil {
+		return err
+	}
+	nodeName := controlplane.NewOptions().NodeName
+	cfg, _ := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 200, 400
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	pods := cs.CoreV1().Pods("default")
+	imagePod := func(name, group, image string) *corev1.Pod {
+		p := pod(name, group, nodeName)
+		p.Spec.RuntimeClassName = nil
+		p.Spec.Containers[0].Image, p.Spec.Containers[0].ImagePullPolicy = image, corev1.PullIfNotPresent
+		return p
+	}
+
+	// A new image for each pull: busybox under a layer of 4 MiB of its own.
+	var pulled []time.Duration
+	for i := 0; i < pulls; i++ {
+		noise := make([]byte, 4<<20)
+		_, _ = rand.Read(noise)
+		layer, err := testimage.Layer([]testimage.File{{Name: "noise", Mode: 0o644, Body: noise}})
+		if err != nil {
+			return err
+		}
+		img, err := mutate.AppendLayers(busybox, layer)
+		if err != nil {
+			return err
+		}
+		ref := fmt.Sprintf("%s/bench/busybox:%d", host, i)
+		if err := testimage.Push(ref, img, nil); err != nil {
+			return err
+		}
+		took, err := timeToRunning(ctx, cs, []*corev1.Pod{imagePod(fmt.Sprintf("pull-%d", i), "pull", ref)})
+		if err != nil {
+			return err
+		}
+		pulled = append(pulled, took[0])
+	}
+	slices.Sort(pulled)
+	fmt.Printf("[images] pod start with a pull (busybox and 4 MiB of its own from 127.0.0.1), %d pods one at a time: median %v, worst %v\n",
+		pulls, pulled[len(pulled)/2].Round(time.Millisecond), pulled[len(pulled)-1].Round(time.Millisecond))
+
+	// The image of the first pull is in the store now.
+	inStore := fmt.Sprintf("%s/bench/busybox:0", host)
+	var batch []*corev1.Pod
+	for i := 0; i < n; i++ {
+		batch = append(batch, imagePod(fmt.Sprintf("stored-%d", i), "stored", inStore))
+	}
+	took, err := timeToRunning(ctx, cs, batch)
+	if err != nil {
+		return err
+	}
+	slices.Sort(took)
+	mons, private, pss := monitorsMemory()
+	fmt.Printf("[images] pod start with the image in the store, %d pods created at once: median %v, p90 %v, worst %v; %d container monitors (conmon): %.2f MiB private, %.2f MiB PSS each\n",
+		n, took[n/2].Round(time.Millisecond), took[n*9/10].Round(time.Millisecond), took[n-1].Round(time.Millisecond), mons, private/float64(max(mons, 1)), pss/float64(max(mons, 1)))
+	return pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+}
+
+// timeToRunning creates ps at once and returns, for each, the time from its
+// Create to Running seen through a watch.
+func timeToRunning(ctx context.Context, cs kubernetes.Interface, ps []*corev1.Pod) ([]time.Duration, error) {
+	pods := cs.CoreV1().Pods("default")
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "bench=" + ps[0].Labels["bench"]})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	created := map[string]time.Time{}
+	for _, p := range ps {
+		created[p.Name] = time.Now()
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	var took []time.Duration
+	seen := map[string]bool{}
+	timeout := time.After(5 * time.Minute)
+	for len(took) < len(ps) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, fmt.Errorf("watch closed")
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if ok && p.Status.Phase == corev1.PodRunning && !seen[p.Name] {
+				if _, ours := created[p.Name]; ours {
+					seen[p.Name] = true
+					took = append(took, time.Since(created[p.Name]))
+				}
+			}
+		case <-timeout:
+			return nil, fmt.Errorf("%d of %d pods Running after 5 minutes", len(took), len(ps))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return took, nil
 }
 
 // monitorsMemory counts the container monitors (conmon) and sums their

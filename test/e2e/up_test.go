@@ -218,16 +218,18 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 		t.Errorf("the pod's token authenticates as %q, want system:serviceaccount:default:default", whoami)
 	}
 
-	var hostname, listing, logged, isolated, filtered bool
+	var hostname, listing, logged, isolated, filtered, greeted, debugged bool
 	for _, l := range run("pod", pods) {
+		greeted = greeted || l == "hello, steadyplane"
+		debugged = debugged || strings.Join(strings.Fields(l), " ") == "1 httpd -f -vv -p 8080"
 		hostname = hostname || l == "hello"
 		listing = listing || strings.Contains(l, "<title>hello</title>")
 		logged = logged || strings.HasSuffix(l, "response:200")
 		isolated = isolated || strings.Contains(l, "can't open '/etc/shadow': No such file or directory")
 		filtered = filtered || strings.Join(strings.Fields(l), " ") == "Seccomp: 2"
 	}
-	if !hostname || !listing || !logged || !isolated || !filtered {
-		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v, a seccomp filter %v; want all", hostname, listing, logged, isolated, filtered)
+	if !hostname || !listing || !logged || !isolated || !filtered || !greeted || !debugged {
+		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v, a seccomp filter %v, run -i read its stdin %v, debug --target saw the target's httpd as PID 1 %v; want all", hostname, listing, logged, isolated, filtered, greeted, debugged)
 	}
 
 	// What no ordinary pod may ask for: the host's root by hostPath (Pod

@@ -178,9 +178,11 @@ func recordEvent(eventType, reason, format string, args ...any) action {
 // shows of it. newWorker makes it; only transition changes it.
 type lifecycle struct {
 	phase phase
-	// name and init are what the container is; they never change.
-	name string
-	init bool
+	// name, init and ephemeral are what the container is; they never
+	// change. An ephemeral container (kubectl debug) is never restarted.
+	name      string
+	init      bool
+	ephemeral bool
 
 	restarts int32
 	// startAttempts counts every attempt to start the container, failed
@@ -353,8 +355,9 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 }
 
 // exited decides what follows the end term of a run of container s of pod
-// at now, as the kubelet does: an init container that succeeded, or a
-// container the restart policy does not run again, is terminated for good;
+// at now, as the kubelet does: an init container that succeeded, an
+// ephemeral container, or a container the restart policy does not run
+// again, is terminated for good;
 // any other restarts at once the first time, then after the crash-loop
 // backoff (RestartDelay).
 func exited(s lifecycle, term *corev1.ContainerStateTerminated, pod *corev1.Pod, now time.Time) (lifecycle, []action) {
@@ -363,7 +366,7 @@ func exited(s lifecycle, term *corev1.ContainerStateTerminated, pod *corev1.Pod,
 		acts = append(acts, recordEvent(corev1.EventTypeWarning, ReasonOOMKilled, "Container %s was killed for exceeding its memory limit", s.name))
 	}
 	acts = append(acts, action{kind: actStopProbes})
-	if s.init && term.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), term.ExitCode) {
+	if s.ephemeral || s.init && term.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), term.ExitCode) {
 		s.phase = phaseTerminated
 		s.done, s.waiting, s.last = term, nil, nil
 		return s, acts

@@ -59,6 +59,7 @@ func lifecycleRows() []lifecycleRow {
 	c := lifecycle{name: "c"}
 	in := func(p phase, s lifecycle) lifecycle { s.phase, s.name = p, "c"; return s }
 	initC := func(p phase, s lifecycle) lifecycle { s = in(p, s); s.init = true; return s }
+	debugC := func(p phase, s lifecycle) lifecycle { s = in(p, s); s.ephemeral = true; return s }
 	always, onFailure, never := fakePod(corev1.RestartPolicyAlways), fakePod(corev1.RestartPolicyOnFailure), fakePod(corev1.RestartPolicyNever)
 	exit := func(pod *corev1.Pod, term *corev1.ContainerStateTerminated) event {
 		return event{kind: evExited, term: term, pod: pod}
@@ -183,6 +184,14 @@ func lifecycleRows() []lifecycleRow {
 			in(phaseRunning, c), exit(always, oom),
 			in(phaseWaiting, lifecycle{restarts: 1, last: oom, backoff: 10 * time.Second, notBefore: lcNow}),
 			[]string{"Warning OOMKilled: Container c was killed for exceeding its memory limit", "stopProbes"}},
+
+		// Ephemeral containers (kubectl debug): never restarted.
+		{"an ephemeral container that failed ends for good, even under Always",
+			debugC(phaseRunning, c), exit(always, ended(1, time.Second)),
+			debugC(phaseTerminated, lifecycle{done: ended(1, time.Second)}), []string{"stopProbes"}},
+		{"an ephemeral container that succeeded ends for good under Always",
+			debugC(phaseRunning, c), exit(always, ended(0, time.Second)),
+			debugC(phaseTerminated, lifecycle{done: ended(0, time.Second)}), []string{"stopProbes"}},
 
 		// Init containers.
 		{"an init container that succeeded completes, even under Always",

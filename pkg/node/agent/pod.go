@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -190,6 +191,20 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.opts.StopPodsOnExit
 	if !rt.Isolated() {
 		return cfg, nil
+	}
+	cfg.Stdin, cfg.StdinOnce, cfg.TTY = spec.Stdin, spec.StdinOnce, spec.TTY
+	if c.target != "" {
+		// kubectl debug --target: the ephemeral container sees the
+		// target's processes.
+		i := slices.IndexFunc(w.containers, func(t *container) bool { return t.spec.Name == c.target && !t.ephemeral })
+		if i < 0 || w.containers[i].run == nil {
+			return nil, fmt.Errorf("target container %q is not running", c.target)
+		}
+		ns, ok := w.containers[i].run.(runtime.PIDNamespaced)
+		if !ok {
+			return nil, fmt.Errorf("%w: the runtime cannot share the PID namespace of target container %q", errConfig, c.target)
+		}
+		cfg.PIDNamespace = ns.PIDNamespace()
 	}
 	if err := securityConfig(pod, spec, cfg, img); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ type container struct {
 	liveness     *probe.Tracker
 	startup      *probe.Tracker
 	probesCancel context.CancelFunc
+	// target is the container whose PID namespace an ephemeral container
+	// joins ("" for its own).
+	target string
 }
 
 // worker runs one pod: its containers as processes, its probes, and its
@@ -55,7 +59,7 @@ type worker struct {
 	// static pods run from a manifest; their status goes to the mirror pod.
 	static bool
 
-	containers []*container // init containers first, in order
+	containers []*container // init containers first, then containers, then ephemeral ones, in order
 	setup      podSetup
 	startTime  metav1.Time
 	lastSynced string
@@ -69,6 +73,10 @@ type worker struct {
 	storageAt time.Time
 	// local is the status last kept in the node's own record.
 	local corev1.PodStatus
+	// previous and attempts are what a previous agent recorded of the
+	// containers, for ephemeral ones added later.
+	previous map[string]corev1.ContainerStatus
+	attempts map[string]int32
 	// view and netns are what the node API sees of the pod, under mu.
 	view  map[string]*kubeletapi.Container
 	netns string
@@ -97,7 +105,7 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 	// (a static pod has no other while the API server is away), else from
 	// the status a previous agent wrote to the API.
 	previous := map[string]corev1.ContainerStatus{}
-	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, s := range allStatuses(pod.Status) {
 		previous[s.Name] = s
 	}
 	var attempts, kills map[string]int32
@@ -111,7 +119,7 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 		if rec.Status.StartTime != nil {
 			w.startTime = *rec.Status.StartTime
 		}
-		for _, s := range append(append([]corev1.ContainerStatus{}, rec.Status.InitContainerStatuses...), rec.Status.ContainerStatuses...) {
+		for _, s := range allStatuses(rec.Status) {
 			if p, ok := previous[s.Name]; !ok || s.RestartCount >= p.RestartCount {
 				previous[s.Name] = s
 			}
@@ -128,7 +136,35 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 			done: finishedForGood(pod, previous[c.Name], false)},
 			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
 	}
+	w.previous, w.attempts = previous, attempts
+	w.addEphemeral(pod)
 	return w
+}
+
+// allStatuses are s's container statuses of every kind.
+func allStatuses(s corev1.PodStatus) []corev1.ContainerStatus {
+	return slices.Concat(s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses)
+}
+
+// addEphemeral adds the ephemeral containers of pod the worker does not
+// run yet: kubectl debug adds them to a running pod. One that a previous
+// agent reported ended is not run again.
+func (w *worker) addEphemeral(pod *corev1.Pod) {
+	for _, ec := range pod.Spec.EphemeralContainers {
+		if slices.ContainsFunc(w.containers, func(c *container) bool { return c.spec.Name == ec.Name }) {
+			continue
+		}
+		prev := w.previous[ec.Name]
+		var done *corev1.ContainerStateTerminated
+		if t := prev.State.Terminated; t != nil {
+			done = t.DeepCopy()
+		}
+		w.containers = append(w.containers, &container{spec: corev1.Container(ec.EphemeralContainerCommon), target: ec.TargetContainerName,
+			lifecycle: lifecycle{name: ec.Name, ephemeral: true, restarts: prev.RestartCount, startAttempts: w.attempts[ec.Name], done: done},
+			// The API refuses probes on ephemeral containers: trackers that
+			// never hear of one pass.
+			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
+	}
 }
 
 // finishedForGood returns the terminated state of a container that a
@@ -299,6 +335,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 		return
 	}
 	w.setupErr = ""
+	w.addEphemeral(pod)
 	if now.Sub(w.storageAt) >= storageCheckPeriod {
 		w.storageAt = now
 		if msg := storageViolation(pod, w.storageUsage(pod)); msg != "" {

@@ -64,7 +64,7 @@ func (w *worker) recordLocal(pod *corev1.Pod) {
 // node API's goroutines, which may not touch the worker's own fields.
 func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
 	statuses := map[string]corev1.ContainerStatus{}
-	for _, cs := range append(append([]corev1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...) {
+	for _, cs := range allStatuses(s) {
 		statuses[cs.Name] = cs
 	}
 	view := map[string]*kubeletapi.Container{}
@@ -106,7 +106,12 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	case stateRunning:
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.run.StartedAt())}
 		s.ContainerID = c.run.ID()
-		if !c.init {
+		switch {
+		case c.ephemeral:
+			// As the kubelet: started, never ready.
+			started := true
+			s.Started = &started
+		case !c.init:
 			w.mu.Lock()
 			started := c.spec.StartupProbe == nil || c.startup.Passing()
 			s.Started = &started
@@ -136,18 +141,21 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 // status computes the pod status the agent owns, on top of old: every
 // condition the agent does not own is kept as it is.
 func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
-	var initStatuses, statuses []corev1.ContainerStatus
+	var initStatuses, statuses, ephemeralStatuses []corev1.ContainerStatus
 	for _, c := range w.containers {
-		if c.init {
+		switch {
+		case c.init:
 			initStatuses = append(initStatuses, w.containerStatus(c))
-		} else {
+		case c.ephemeral:
+			ephemeralStatuses = append(ephemeralStatuses, w.containerStatus(c))
+		default:
 			statuses = append(statuses, w.containerStatus(c))
 		}
 	}
 	old := pod.Status
 	s := *old.DeepCopy()
 	s.Phase = podstatus.Phase(pod, initStatuses, statuses)
-	s.InitContainerStatuses, s.ContainerStatuses = initStatuses, statuses
+	s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses = initStatuses, statuses, ephemeralStatuses
 	s.HostIP, s.HostIPs = w.opts.NodeIP, []corev1.HostIP{{IP: w.opts.NodeIP}}
 	if len(w.setup.ips) > 0 {
 		s.PodIP, s.PodIPs = w.setup.ips[0], nil

@@ -21,6 +21,8 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
 
 // streamCreationTimeout is how long a client has to open its streams after
@@ -159,15 +161,21 @@ func runStreams(ctx context.Context, command *exec.Cmd, in io.Reader, out, stder
 	return err
 }
 
-// attach serves /attach/{namespace}/{pod}[/{uid}]/{container}: the output
-// of the container's current run from now on. Containers here run without
-// a stdin stream or terminal, so attaching with either is refused with a
-// message that points to exec.
+// attach serves /attach/{namespace}/{pod}[/{uid}]/{container}: with -i or
+// -t, the run's stdin and terminal through its runtime (runc's monitor);
+// without, the output of the current run from now on, from its log.
 func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 	pod, name := r.PathValue("pod"), r.PathValue("container")
 	c, opts, ok := s.streamTarget(w, r, func(opts *remotecommand.Options) error {
-		if opts.Stdin || opts.TTY {
-			return fmt.Errorf("container %q in pod %q has no stdin stream or terminal to attach to on this node; attach without -i/-t to follow its output, or use kubectl exec", name, pod)
+		if !opts.Stdin && !opts.TTY {
+			return nil
+		}
+		got, err := s.running(r.PathValue("namespace"), pod, r.PathValue("uid"), name)
+		if err != nil {
+			return err
+		}
+		if _, ok := got.Run.(runtime.Attachable); !ok {
+			return fmt.Errorf("container %q in pod %q runs as a host process, which has no stdin stream or terminal to attach to; attach without -i/-t to follow its output, or use kubectl exec", name, pod)
 		}
 		return nil
 	})
@@ -178,9 +186,25 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 
 type attacher struct{ c *Container }
 
-// AttachContainer follows the current run's log from its end until the
-// run ends or the client goes.
-func (a attacher) AttachContainer(ctx context.Context, _, _, name string, _ io.Reader, out, stderr io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
+// AttachContainer attaches to the run's stdin and terminal when asked for
+// either (in, tty) and the runtime has them; otherwise it follows the
+// current run's log from its end until the run ends or the client goes.
+func (a attacher) AttachContainer(ctx context.Context, _, _, name string, in io.Reader, out, stderr io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	if at, ok := a.c.Run.(runtime.Attachable); ok && (in != nil || tty) {
+		var sizes chan runtime.TerminalSize
+		if resize != nil {
+			sizes = make(chan runtime.TerminalSize)
+			go relaySizes(ctx, resize, sizes)
+		}
+		var outW, errW io.Writer
+		if out != nil {
+			outW = out
+		}
+		if stderr != nil {
+			errW = stderr
+		}
+		return at.Attach(ctx, in, outW, errW, sizes)
+	}
 	run := a.c.Run
 	none := int64(0)
 	if out == nil {
@@ -198,6 +222,25 @@ func (a attacher) AttachContainer(ctx context.Context, _, _, name string, _ io.R
 		}
 	}
 	return logs.ReadLogs(ctx, a.c.LogPath(a.c.Status.RestartCount), name, &logs.LogOptions{Follow: true, TailLines: &none}, runState{running: running}, out, stderr)
+}
+
+// relaySizes passes the client's terminal sizes on until ctx ends.
+func relaySizes(ctx context.Context, from <-chan remotecommand.TerminalSize, to chan<- runtime.TerminalSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case size, ok := <-from:
+			if !ok {
+				return
+			}
+			select {
+			case to <- runtime.TerminalSize{Width: size.Width, Height: size.Height}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 type discard struct{}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -81,6 +82,10 @@ type ContainerConfig struct {
 	Run int32
 	// Sandbox is the pod's; nil for none (process runtime).
 	Sandbox *Sandbox
+	// PIDNamespace is a PID namespace to join (a path such as
+	// /proc/<pid>/ns/pid: an ephemeral container's target's); "" for one of
+	// its own.
+	PIDNamespace string
 	// Hostname is the container's host name (the pod's name).
 	Hostname   string
 	Argv       []string
@@ -88,7 +93,11 @@ type ContainerConfig struct {
 	WorkingDir string
 	// LogPath receives stdout and stderr in the CRI log format.
 	LogPath string
-	Mounts  []Mount
+	// Stdin keeps a stdin stream open for attach; StdinOnce closes it when
+	// the first attach ends; TTY gives the process a terminal (the
+	// container's stdin, stdinOnce and tty).
+	Stdin, StdinOnce, TTY bool
+	Mounts                []Mount
 	// Rootfs is the container's root filesystem from its image; nil for
 	// one made of the host's system directories, read-only (pods of the
 	// steadyplane-host runtime class, and every container of the process
@@ -151,6 +160,25 @@ type Container interface {
 	// command's stdin must be a terminal, which it relays to a terminal in
 	// the container (resize it to resize both).
 	Command(argv, env []string, dir string, tty bool) *exec.Cmd
+}
+
+// PIDNamespaced is a run whose PID namespace others can join.
+type PIDNamespaced interface {
+	// PIDNamespace is the path of the run's PID namespace.
+	PIDNamespace() string
+}
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct{ Width, Height uint16 }
+
+// Attachable is a run whose stdin and output can be attached to (kubectl
+// attach -i, kubectl run -it), as the CRI's Attach.
+type Attachable interface {
+	// Attach copies stdin (nil for none) to the run's stdin and its output
+	// to stdout and stderr (one stream under a terminal) until the run or
+	// ctx ends; resize, for a terminal, resizes it. It refuses stdin when
+	// the run has no stdin stream.
+	Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan TerminalSize) error
 }
 
 // Runtime starts containers.

@@ -151,13 +151,8 @@ func rotateLog(logPath, ctl string, maxFiles int, now time.Time) error {
 	if err := crilog.RotateFile(logPath, now); err != nil {
 		return err
 	}
-	// Non-blocking: a monitor that has just ended has no reader on the FIFO
-	// (ENXIO), and then there is nothing to reopen.
-	f, err := os.OpenFile(ctl, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-	if err == nil {
-		_, err = f.WriteString(reopenLogsMessage)
-		f.Close()
-	}
+	// A monitor that has just ended (ENXIO) has nothing to reopen.
+	err := writeControl(ctl, reopenLogsMessage)
 	var errs []error
 	if err != nil && !errors.Is(err, syscall.ENXIO) && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("asking conmon to reopen the log: %w", err))

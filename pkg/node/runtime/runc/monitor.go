@@ -55,6 +55,15 @@ func (r *Runtime) monitorArgs(cfg *runtime.ContainerConfig, hook []string) []str
 		"--socket-dir-path", filepath.Join(cfg.Dir, socketDir),
 		"--exit-command", hook[0],
 	}
+	if cfg.TTY {
+		args = append(args, "--terminal")
+	}
+	if cfg.Stdin {
+		args = append(args, "--stdin")
+		if !cfg.StdinOnce {
+			args = append(args, "--leave-stdin-open")
+		}
+	}
 	for _, a := range hook[1:] {
 		args = append(args, "--exit-command-arg", a)
 	}

@@ -256,6 +256,9 @@ type runRecord struct {
 	StartedAt time.Time `json:"startedAt"`
 	// LogPath is the run's log, which the agent rotates while it runs.
 	LogPath string `json:"logPath,omitempty"`
+	// Stdin and TTY tell what an attach finds.
+	Stdin bool `json:"stdin,omitempty"`
+	TTY   bool `json:"tty,omitempty"`
 }
 
 func (r *Runtime) cgroupsPath(id string) string { return r.opts.CgroupParent + "/" + id }
@@ -351,7 +354,7 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		_ = cmd.Wait()
 		return nil, err
 	}
-	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run}
+	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: cfg.Run, stdin: cfg.Stdin, tty: cfg.TTY}
 	waited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -377,13 +380,13 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		r.abortStart(cmd.Process.Pid, waited, cfg, err)
 		return nil, err
 	}
-	rec, _ := json.Marshal(runRecord{Run: cfg.Run, ID: cfg.ID, Pid: pid, StartedAt: startedAt, LogPath: cfg.LogPath})
+	rec, _ := json.Marshal(runRecord{Run: cfg.Run, ID: cfg.ID, Pid: pid, StartedAt: startedAt, LogPath: cfg.LogPath, Stdin: cfg.Stdin, TTY: cfg.TTY})
 	if err := atomicfile.WriteFile(filepath.Join(cfg.Dir, runFile), rec, 0o600); err != nil {
 		r.abortStart(cmd.Process.Pid, waited, cfg, err)
 		return nil, err
 	}
 	started = true // the exit hook takes the root filesystem down when the run ends
-	c.started = startedAt
+	c.started, c.pid = startedAt, pid
 	stopRotating := r.logs.watch(cfg.LogPath, filepath.Join(bundle, "ctl"))
 	go func() {
 		<-waited
@@ -523,7 +526,7 @@ func (r *Runtime) Adopt(cfg *runtime.ContainerConfig) (runtime.Container, bool) 
 	if err != nil || rec.ID != cfg.ID {
 		return nil, false
 	}
-	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt}
+	c := &container{Ending: runtime.NewEnding(), r: r, id: cfg.ID, dir: cfg.Dir, run: rec.Run, started: rec.StartedAt, stdin: rec.Stdin, tty: rec.TTY, pid: rec.Pid}
 	monitor, alive := process.ReadPidFile(filepath.Join(cfg.Dir, monitorPidFile))
 	if !alive {
 		if _, err := os.Stat(filepath.Join(cfg.Dir, exitFile)); err != nil {
@@ -572,11 +575,18 @@ func (r *Runtime) runc(args ...string) *exec.Cmd {
 // container is one run under runc.
 type container struct {
 	*runtime.Ending
-	r       *Runtime
-	id, dir string
-	run     int32
-	started time.Time
+	r          *Runtime
+	id, dir    string
+	run        int32
+	started    time.Time
+	stdin, tty bool
+	pid        int // the container's init, in the host's PID namespace
 }
+
+var _ runtime.PIDNamespaced = (*container)(nil)
+
+// PIDNamespace implements runtime.PIDNamespaced.
+func (c *container) PIDNamespace() string { return fmt.Sprintf("/proc/%d/ns/pid", c.pid) }
 
 // finish reads how the run ended, from the exit file the exit hook wrote.
 func (c *container) finish() {

@@ -3,10 +3,13 @@ package runc
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,7 +313,7 @@ func imageLayers(t *testing.T, dir string) []string {
 	if err := os.WriteFile(base+"/bin/busybox", b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, applet := range []string{"sh", "cat", "ls", "id", "sleep", "touch", "grep"} {
+	for _, applet := range []string{"sh", "cat", "ls", "id", "sleep", "touch", "grep", "stty"} {
 		if err := os.Symlink("busybox", base+"/bin/"+applet); err != nil {
 			t.Fatal(err)
 		}
@@ -501,5 +504,119 @@ func TestRuncLogRotation(t *testing.T) {
 	}
 	if first+len(lines) != 2000 {
 		t.Errorf("steady: the kept logs end at line %d; want 1999", first+len(lines)-1)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for one writer and a polling reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor polls until b holds want, or fails after within.
+func (b *syncBuffer) waitFor(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(b.String(), want) {
+			return
+		}
+	}
+	t.Fatalf("output %q does not hold %q after %v", b.String(), want, within)
+}
+
+// TestRuncAttach: kubectl attach -i and kubectl run -it through conmon's
+// attach socket. A container with stdin reads what the client sends and
+// its stdin ends with the first attach (stdinOnce); one with a terminal
+// gets a shell whose terminal follows the client's size, and its output
+// is also in its log. A run without stdin refuses stdin.
+func TestRuncAttach(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	layers := imageLayers(t, dir)
+	sb, err := r.CreateSandbox("attach", filepath.Join(dir, "attach"), "attach", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.RemoveSandbox(sb)
+	start := func(name string, cfg runtime.ContainerConfig) runtime.Container {
+		cdir := filepath.Join(dir, "attach", name)
+		cfg.ID, cfg.Dir, cfg.Sandbox, cfg.LogPath = "attach_"+name, cdir, sb, filepath.Join(cdir, "0.log")
+		cfg.Rootfs, cfg.Env = &runtime.Rootfs{Layers: layers}, []string{"PATH=/bin"}
+		c, err := r.Start(context.Background(), &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Stop(0) })
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// -i, stdinOnce: the input's end is the container's.
+	c := start("stdin", runtime.ContainerConfig{Stdin: true, StdinOnce: true,
+		Argv: []string{"/bin/sh", "-c", "while read line; do echo got $line; echo err $line >&2; done; echo stdin ended"}})
+	var out, errOut syncBuffer
+	if err := c.(runtime.Attachable).Attach(ctx, strings.NewReader("one\ntwo\n"), &out, &errOut, nil); err != nil {
+		t.Fatal(err)
+	}
+	if exit := waitDone(t, c, 10*time.Second); exit.ExitCode != 0 {
+		t.Errorf("stdin: exit %d", exit.ExitCode)
+	}
+	if got := out.String(); got != "got one\ngot two\nstdin ended\n" {
+		t.Errorf("stdin: stdout %q", got)
+	}
+	if got := errOut.String(); got != "err one\nerr two\n" {
+		t.Errorf("stdin: stderr %q", got)
+	}
+
+	// -it: a shell on a terminal, resized by the client.
+	c = start("tty", runtime.ContainerConfig{Stdin: true, StdinOnce: true, TTY: true, Argv: []string{"/bin/sh"}})
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	var term syncBuffer
+	sizes := make(chan runtime.TerminalSize, 1)
+	attached := make(chan error, 1)
+	go func() { attached <- c.(runtime.Attachable).Attach(ctx, inR, &term, nil, sizes) }()
+	sizes <- runtime.TerminalSize{Width: 100, Height: 30}
+	// The resize goes through conmon's control FIFO, the input through the
+	// socket: ask for the size until the new one shows.
+	for i := 0; i < 50 && !strings.Contains(term.String(), "30 100"); i++ {
+		fmt.Fprintf(inW, "stty size; echo TERM=$TERM\n")
+		time.Sleep(100 * time.Millisecond)
+	}
+	term.waitFor(t, "30 100", 5*time.Second)
+	term.waitFor(t, "TERM=xterm", 5*time.Second)
+	fmt.Fprintf(inW, "echo hi-$((40+2)); exit 3\n")
+	if exit := waitDone(t, c, 10*time.Second); exit.ExitCode != 3 {
+		t.Errorf("tty: exit %d, want the shell's 3", exit.ExitCode)
+	}
+	term.waitFor(t, "hi-42", time.Second)
+	select {
+	case err := <-attached:
+		if err != nil {
+			t.Errorf("tty: attach: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("tty: the attach did not end with the run")
+	}
+	if lines := logLines(t, filepath.Join(dir, "attach", "tty", "0.log")); !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "hi-42") }) {
+		t.Errorf("tty: the log does not hold the terminal's output: %q", lines)
+	}
+
+	// No stdin in the spec: refused.
+	c = start("nostdin", runtime.ContainerConfig{Argv: []string{"/bin/sleep", "60"}})
+	if err := c.(runtime.Attachable).Attach(ctx, strings.NewReader("x\n"), &out, nil, nil); err == nil || !strings.Contains(err.Error(), "no stdin") {
+		t.Errorf("stdin to a container without: %v", err)
 	}
 }

@@ -90,11 +90,16 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 		// capabilities, only the bounding set.
 		lc.Effective, lc.Permitted = caps, caps
 	}
+	env := cfg.Env
+	if cfg.TTY && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "TERM=") }) {
+		// What containerd's CRI gives a terminal.
+		env = append(slices.Clip(env), "TERM=xterm")
+	}
 	s := &specs.Spec{
 		Version: specs.Version,
 		Root:    &specs.Root{Path: "rootfs", Readonly: cfg.ReadOnlyRootFilesystem},
 		Process: &specs.Process{
-			Args: cfg.Argv, Env: cfg.Env, Cwd: cwd, User: user,
+			Args: cfg.Argv, Env: env, Cwd: cwd, User: user, Terminal: cfg.TTY,
 			Capabilities:    lc,
 			NoNewPrivileges: cfg.NoNewPrivileges && !cfg.Privileged,
 		},
@@ -110,7 +115,7 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 		Linux: &specs.Linux{
 			CgroupsPath: cgroupsPath,
 			Resources:   &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
-			Namespaces:  []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}},
+			Namespaces:  []specs.LinuxNamespace{{Type: specs.PIDNamespace, Path: cfg.PIDNamespace}, {Type: specs.MountNamespace}},
 		},
 	}
 	for _, d := range system {
