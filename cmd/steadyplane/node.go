@@ -3,6 +3,7 @@ package main
 import (
 	goflag "flag"
 	"fmt"
+	"maps"
 	stdnet "net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
@@ -114,6 +116,7 @@ func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
 	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile string
+	evictionHard := maps.Clone(agent.DefaultEvictionHard)
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
 	logs := logRotation{maxSize: resource.MustParse("10Mi"), maxFiles: crilog.DefaultMaxFiles}
@@ -184,6 +187,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			if err := setUpImages(&o, imageStore, imageImportDir, registriesFile); err != nil {
 				return err
 			}
+			if o.EvictionHard, err = agent.ParseEvictionHard(evictionHard); err != nil {
+				return err
+			}
 			switch {
 			case apiPort < 0 || apiPort > 65535:
 				return fmt.Errorf("--port=%d is not a port", apiPort)
@@ -224,6 +230,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&registriesFile, "registries-config", "", "The node's registries file, as k3s's registries.yaml: mirrors tried before a registry (an http:// endpoint allows plain HTTP to it), and per registry host a login (auth) and a CA (tls.ca_file); insecure_skip_verify is refused. A file that does not exist is none. `up` uses <data-dir>/registries.yaml.")
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
+	fs.Var(cliflag.NewLangleSeparatedMapStringString(&evictionHard), "eviction-hard", "Hard eviction thresholds, as the kubelet's (e.g. memory.available<100Mi,nodefs.available<10%): below one the Node reports MemoryPressure, DiskPressure or PIDPressure and the agent evicts a pod every 10s, BestEffort and pods over their requests first, never static or critical pods. Signals: memory.available, nodefs.available, imagefs.available, pid.available; a value of 0% or 100% turns one off, as the kubelet's; giving the flag replaces every default.")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))

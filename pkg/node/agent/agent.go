@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
+	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
@@ -99,6 +100,13 @@ type Options struct {
 	// runtime's default one (RuntimeDefault), as the kubelet's
 	// --seccomp-default; without it they run Unconfined.
 	SeccompDefault bool
+	// EvictionHard are the hard eviction thresholds: the Node's pressure
+	// conditions, and the evictions that relieve them (ParseEvictionHard;
+	// nil for DefaultEvictionHard).
+	EvictionHard []evictionapi.Threshold
+	// EvictionInterval is how often the node is checked for pressure, as
+	// the kubelet's eviction manager (0: every 10s).
+	EvictionInterval time.Duration
 }
 
 // Agent is a running node agent.
@@ -134,10 +142,12 @@ var (
 	deleteRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_delete_retries_total", Help: "Failed attempts to remove a terminated pod from the API, each retried with backoff."})
 	// imagesRemoved counts images removed by garbage collection.
 	imagesRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_images_removed_total", Help: "Unused images removed because the image store's filesystem was over 85% full."})
+	// pressureEvictions counts pods evicted to relieve node pressure.
+	pressureEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_pressure_evictions_total", Help: "Pods evicted because the node crossed a hard eviction threshold, by signal."}, []string{"signal"})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 }
 
@@ -165,6 +175,16 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 10 * time.Second
+	}
+	if o.EvictionInterval <= 0 {
+		o.EvictionInterval = 10 * time.Second
+	}
+	if o.EvictionHard == nil {
+		ths, err := ParseEvictionHard(DefaultEvictionHard)
+		if err != nil {
+			return nil, err
+		}
+		o.EvictionHard = ths
 	}
 	cfg = rest.CopyConfig(cfg)
 	// The kubelet's limits: client-go's default of 5 QPS would delay status
@@ -262,6 +282,7 @@ func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
 	}
 	klog.InfoS("Node registered", "node", a.opts.NodeName)
 	go a.heartbeat(ctx)
+	go wait.UntilWithContext(ctx, a.evictUnderPressure, a.opts.EvictionInterval)
 	if a.opts.Images != nil {
 		go wait.UntilWithContext(ctx, a.collectImages, imageGCPeriod)
 	}
@@ -404,7 +425,7 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 	status := corev1.NodeStatus{
 		Capacity: capacity, Allocatable: capacity,
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.opts.NodeIP}, {Type: corev1.NodeHostName, Address: hostname}},
-		Conditions: append(pressureConditions(a.readNodeStats()), corev1.NodeCondition{
+		Conditions: append(pressureConditions(a.readNodeStats(), a.opts.EvictionHard), corev1.NodeCondition{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "steadyplane node agent is posting ready status",
 		}),

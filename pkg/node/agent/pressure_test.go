@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 )
@@ -13,7 +16,11 @@ import (
 // TestPressureConditions: the kubelet's conditions against its default hard
 // eviction thresholds.
 func TestPressureConditions(t *testing.T) {
-	ok := nodeStats{memoryAvailable: 1 << 30, nodefs: images.DiskUsage{Total: 100, Used: 50}, imagefs: images.DiskUsage{Total: 100, Used: 50}, pidsUsed: 100, pidMax: 4194304}
+	defaults, err := ParseEvictionHard(DefaultEvictionHard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := nodeStats{memoryAvailable: 1 << 30, memoryTotal: 8 << 30, nodefs: images.DiskUsage{Total: 100, Used: 50}, imagefs: images.DiskUsage{Total: 100, Used: 50}, pidsUsed: 100, pidMax: 4194304}
 	tests := []struct {
 		name   string
 		change func(*nodeStats)
@@ -31,7 +38,7 @@ func TestPressureConditions(t *testing.T) {
 		st := ok
 		tc.change(&st)
 		got := map[corev1.NodeConditionType]corev1.ConditionStatus{}
-		for _, c := range pressureConditions(st) {
+		for _, c := range pressureConditions(st, defaults) {
 			got[c.Type] = c.Status
 			if c.Reason == "" || c.Message == "" {
 				t.Errorf("%s: %s has no reason or message", tc.name, c.Type)
@@ -52,5 +59,47 @@ func TestWithTransitions(t *testing.T) {
 	got := withTransitions([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}, {Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue}}, old, now)
 	if !got[0].LastTransitionTime.Equal(&then) || !got[1].LastTransitionTime.Equal(&now) || !got[0].LastHeartbeatTime.Equal(&now) {
 		t.Errorf("transitions %+v", got)
+	}
+}
+
+func TestParseEvictionHard(t *testing.T) {
+	tests := []struct {
+		in     map[string]string
+		errHas string
+	}{
+		{in: DefaultEvictionHard},
+		{in: map[string]string{"memory.available": "1Gi", "pid.available": "10%"}},
+		{in: map[string]string{"nodefs.inodesFree": "5%"}, errHas: "does not measure nodefs.inodesFree"},
+		{in: map[string]string{"memory.available": "lots"}, errHas: "--eviction-hard"},
+		{in: map[string]string{"memory.used": "1Gi"}, errHas: "--eviction-hard"},
+	}
+	for _, tc := range tests {
+		_, err := ParseEvictionHard(tc.in)
+		if (err != nil) != (tc.errHas != "") || err != nil && !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%v: %v; want an error containing %q", tc.in, err, tc.errHas)
+		}
+	}
+}
+
+// TestCrossedThresholds: quantities and percentages of capacity, in the
+// kubelet's order of eviction priority (memory first).
+func TestCrossedThresholds(t *testing.T) {
+	ths, err := ParseEvictionHard(map[string]string{"memory.available": "25%", "nodefs.available": "1Ki", "pid.available": "100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := nodeStats{memoryAvailable: 1 << 30, memoryTotal: 8 << 30, nodefs: images.DiskUsage{Total: 4096, Used: 3584}, pidMax: 1000, pidsUsed: 950}
+	got := crossedThresholds(st, ths)
+	want := []crossing{
+		{signal: evictionapi.SignalMemoryAvailable, threshold: 2 << 30, available: 1 << 30},
+		{signal: evictionapi.SignalNodeFsAvailable, threshold: 1024, available: 512},
+		{signal: evictionapi.SignalPIDAvailable, threshold: 100, available: 50},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("crossed %+v\nwant %+v", got, want)
+	}
+	st = nodeStats{memoryAvailable: -1, memoryTotal: 8 << 30, nodefs: images.DiskUsage{Total: 4096, Used: 0}, pidMax: 1000, pidsUsed: 10}
+	if got := crossedThresholds(st, ths); len(got) != 0 {
+		t.Errorf("nothing low (memory unknown): crossed %+v", got)
 	}
 }

@@ -69,6 +69,9 @@ type worker struct {
 	// evicted is why the node evicted the pod ("" while it was not): its
 	// containers are stopped for good and it is Failed, Evicted.
 	evicted string
+	// evictRequest, under mu, is why the eviction manager asks for the
+	// pod's eviction ("" for no request); the worker evicts at its next turn.
+	evictRequest string
 	// storageAt is when the pod's local storage was last measured.
 	storageAt time.Time
 	// local is the status last kept in the node's own record.
@@ -267,6 +270,13 @@ func (w *worker) run(ctx context.Context) {
 		if pod.DeletionTimestamp != nil {
 			w.terminate(ctx, pod)
 			return
+		}
+		w.mu.Lock()
+		request := w.evictRequest
+		w.mu.Unlock()
+		if request != "" && w.evicted == "" {
+			w.evict(ctx, pod, request)
+			continue
 		}
 		if w.evicted != "" {
 			// Terminal: nothing runs or is set up again until the pod is

@@ -162,6 +162,21 @@ type Container interface {
 	Command(argv, env []string, dir string, tty bool) *exec.Cmd
 }
 
+// Usage is what a run uses of the node now.
+type Usage struct {
+	// MemoryWorkingSet is its memory less what the kernel can drop at once
+	// (inactive file pages), as the kubelet's working set: bytes.
+	MemoryWorkingSet int64
+	// Processes counts its processes and threads.
+	Processes int64
+}
+
+// Measured is a run whose use of the node can be read.
+type Measured interface {
+	// Usage returns the run's usage now; false when it cannot be read.
+	Usage() (Usage, bool)
+}
+
 // PIDNamespaced is a run whose PID namespace others can join.
 type PIDNamespaced interface {
 	// PIDNamespace is the path of the run's PID namespace.

@@ -206,15 +206,6 @@ func cgroupOOMKilled(cgroup string) bool {
 // OOMKills reads the oom_kill count of a cgroup's memory.events (v2) or
 // memory.oom_control (v1) file.
 func OOMKills(path string) (int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" {
-			n, err := strconv.Atoi(f[1])
-			return n, err == nil
-		}
-	}
-	return 0, false
+	n, ok := statField(path, "oom_kill")
+	return int(n), ok
 }
