@@ -3,15 +3,18 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
@@ -187,7 +190,7 @@ func TestReadmeWalkthroughs(t *testing.T) {
 	deployments := testup.ReadmeBlock(t, "Deployments, services and namespaces")
 	pods := testup.ReadmeBlock(t, "Pods on the node")
 	gates := testup.ReadmeBlock(t, "Pods with readiness gates")
-	_, _, script := testup.StartWalkthrough(t, 10*time.Minute)
+	ctx, dataDir, script := testup.StartWalkthrough(t, 10*time.Minute)
 	run := func(name, block string) []string {
 		t.Helper()
 		return strings.Split(strings.TrimSpace(script("the README's "+name+" walkthrough", block)), "\n")
@@ -232,6 +235,10 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v, a seccomp filter %v, run -i read its stdin %v, debug --target saw the target's httpd as PID 1 %v; want all", hostname, listing, logged, isolated, filtered, greeted, debugged)
 	}
 
+	// The README's "kubectl run -it": a shell on a terminal, typed into
+	// through kubectl's own terminal.
+	kubectlOnATerminal(ctx, t, filepath.Join(dataDir, "admin.kubeconfig"))
+
 	// What no ordinary pod may ask for: the host's root by hostPath (Pod
 	// Security, baseline) or by the host runtime class (steadyplane's policy).
 	refused := script("pods Pod Security and the host runtime class refuse", `export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig
@@ -253,4 +260,72 @@ kubectl run fine --image=busybox:1.36 -- sleep 1 2>&1`)
 	if len(gets) != 2 || !strings.Contains(gets[0], "1/1") || !strings.Contains(gets[0], "Running") || !strings.HasSuffix(gets[0], "0/2") || !strings.HasSuffix(gets[1], "2/2") {
 		t.Errorf("kubectl get -o wide lines %q; want Running with gates 0/2, then 2/2", gets)
 	}
+}
+
+// kubectlOnATerminal runs `kubectl run -it ... -- sh` with a terminal as
+// its stdin and stdout, as a person at a terminal does, types a command
+// into the pod's shell until its answer shows, then exits the shell; the
+// pod goes with it (--rm).
+func kubectlOnATerminal(ctx context.Context, t *testing.T, kubeconfig string) {
+	t.Helper()
+	k, err := testenv.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, k, "run", "tty", "-it", "--rm", "--restart=Never", "--image=busybox:1.36", "--", "sh")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "TERM=xterm")
+	term, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	var mu sync.Mutex
+	var out strings.Builder
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := term.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	seen := func(s string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(out.String(), s)
+	}
+	// Typed again until it shows: what is typed before kubectl attaches
+	// reaches no one, and the terminal has its size a moment after.
+	for i := 0; i < 60 && !(seen("hi-42") && seen("30 100")); i++ {
+		_, _ = term.Write([]byte("echo hi-$((40+2)); stty size\n"))
+		time.Sleep(time.Second)
+	}
+	if !seen("hi-42") {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("kubectl run -it: the pod's shell never answered; the terminal showed:\n%s", out.String())
+	}
+	_, _ = term.Write([]byte("exit\n"))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("kubectl run -it ended with %v", err)
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Error("kubectl run -it did not end within a minute of exit")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The pod's terminal has the size of kubectl's.
+	if !strings.Contains(out.String(), "30 100") {
+		t.Errorf("kubectl run -it: stty size in the pod did not show kubectl's 30 rows and 100 columns:\n%s", out.String())
+	}
+	t.Logf("kubectl run -it:\n%s", out.String())
 }

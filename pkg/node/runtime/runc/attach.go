@@ -116,19 +116,45 @@ func dialAttach(dir string) (*net.UnixConn, error) {
 	return conn, err
 }
 
-// followResizes passes each size to conmon, which sets the terminal's.
+// resizeSettle is how long a burst of resizes is gathered into one.
+const resizeSettle = 50 * time.Millisecond
+
+// followResizes passes the sizes to conmon, which sets the terminal's. Of
+// a burst (kubectl sends its size plus one, then its size, to force a
+// redraw) only the last is sent: conmon 2.1.6 handles the first message of
+// one read of its control FIFO as many times as the read holds messages.
 func (c *container) followResizes(ctx context.Context, resize <-chan runtime.TerminalSize) {
 	for {
+		var size runtime.TerminalSize
 		select {
 		case <-ctx.Done():
 			return
-		case size, ok := <-resize:
+		case s, ok := <-resize:
 			if !ok {
 				return
 			}
-			if err := writeControl(filepath.Join(c.dir, bundleDir, "ctl"), fmt.Sprintf(resizeMessageFormat, size.Height, size.Width)); err != nil {
+			size = s
+		}
+		open := true
+		settle := time.NewTimer(resizeSettle)
+	burst:
+		for open {
+			select {
+			case s, ok := <-resize:
+				if ok {
+					size = s
+				}
+				open = ok
+			case <-settle.C:
+				break burst
+			case <-ctx.Done():
+				settle.Stop()
 				return
 			}
+		}
+		settle.Stop()
+		if err := writeControl(filepath.Join(c.dir, bundleDir, "ctl"), fmt.Sprintf(resizeMessageFormat, size.Height, size.Width)); err != nil || !open {
+			return
 		}
 	}
 }

@@ -585,9 +585,11 @@ func TestRuncAttach(t *testing.T) {
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	var term syncBuffer
-	sizes := make(chan runtime.TerminalSize, 1)
+	sizes := make(chan runtime.TerminalSize, 2)
 	attached := make(chan error, 1)
 	go func() { attached <- c.(runtime.Attachable).Attach(ctx, inR, &term, nil, sizes) }()
+	// As kubectl: its size plus one, then its size.
+	sizes <- runtime.TerminalSize{Width: 101, Height: 31}
 	sizes <- runtime.TerminalSize{Width: 100, Height: 30}
 	// The resize goes through conmon's control FIFO, the input through the
 	// socket: ask for the size until the new one shows.
