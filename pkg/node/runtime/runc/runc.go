@@ -598,6 +598,11 @@ func (c *container) finish() {
 			exit = e
 		}
 	}
+	// A run that ended before the agent recorded its start (a command
+	// that exits at once) has its hook find no start time: the agent's.
+	if exit.StartedAt.IsZero() {
+		exit.StartedAt = c.started
+	}
 	c.Finish(exit)
 }
 

@@ -98,6 +98,9 @@ func TestRuncContainer(t *testing.T) {
 	exit := waitDone(t, c, 20*time.Second)
 	lines := logLines(t, cfg.LogPath)
 	got := strings.Join(lines, "\n")
+	if exit.StartedAt.IsZero() || exit.FinishedAt.Before(exit.StartedAt) {
+		t.Errorf("exit %+v: want a start time before the finish time", exit)
+	}
 	if exit.ExitCode != 3 {
 		t.Errorf("exit %+v, want code 3; log:\n%s", exit, got)
 	}
@@ -620,5 +623,28 @@ func TestRuncAttach(t *testing.T) {
 	c = start("nostdin", runtime.ContainerConfig{Argv: []string{"/bin/sleep", "60"}})
 	if err := c.(runtime.Attachable).Attach(ctx, strings.NewReader("x\n"), &out, nil, nil); err == nil || !strings.Contains(err.Error(), "no stdin") {
 		t.Errorf("stdin to a container without: %v", err)
+	}
+}
+
+// TestRuncQuickExit: a command that ends at once (its exit hook may run
+// before the agent has recorded the start) ends with its code, its run and
+// a start time, and runc forgets it.
+func TestRuncQuickExit(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	for i := 0; i < 5; i++ {
+		cdir := filepath.Join(dir, "quick", fmt.Sprint(i))
+		cfg := &runtime.ContainerConfig{ID: fmt.Sprintf("quick_%d", i), Dir: cdir, LogPath: filepath.Join(cdir, "0.log"), Run: int32(i),
+			Argv: []string{"/bin/sh", "-c", "exit 7"}}
+		c, err := r.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exit := waitDone(t, c, 20*time.Second)
+		if exit.ExitCode != 7 || exit.Run != int32(i) || exit.StartedAt.IsZero() || exit.FinishedAt.Before(exit.StartedAt) {
+			t.Errorf("run %d: %+v; want exit 7 of run %d with a start before the finish", i, exit, i)
+		}
+		if out, err := r.runc("state", cfg.ID).CombinedOutput(); err == nil {
+			t.Errorf("run %d: runc still knows the ended container: %s", i, out)
+		}
 	}
 }
