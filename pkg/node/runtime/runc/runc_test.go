@@ -175,7 +175,9 @@ func TestRuncStopAndAdopt(t *testing.T) {
 	c.Stop(300 * time.Millisecond)
 	// 128+9, as conmon (and containerd) report a kill: the CRI has no signal.
 	if e := c.Exit(); e.ExitCode != 137 || time.Since(start) > 5*time.Second {
-		t.Errorf("a container ignoring SIGTERM: %+v after %v; want SIGKILL after the grace period", e, time.Since(start))
+		mon, _ := os.ReadFile(filepath.Join(cfg.Dir, monitorLogFile))
+		runcLog, _ := os.ReadFile(filepath.Join(cfg.Dir, runcLogFile))
+		t.Errorf("a container ignoring SIGTERM: %+v after %v; want SIGKILL after the grace period; log %q; monitor log:\n%s\nrunc log:\n%s", e, time.Since(start), logLines(t, cfg.LogPath), mon, runcLog)
 	}
 }
 
