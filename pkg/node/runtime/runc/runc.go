@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/logfile"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
@@ -365,7 +366,7 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 		if errors.Is(err, io.EOF) {
 			// conmon ended without a word: its own log says why.
 			<-waited
-			return nil, fmt.Errorf("the container's monitor ended before the container was created: %s", lastLines(filepath.Join(cfg.Dir, monitorLogFile)))
+			return nil, fmt.Errorf("the container's monitor ended before the container was created: %s", monitorSaid(filepath.Join(cfg.Dir, monitorLogFile)))
 		}
 		r.abortStart(cmd.Process.Pid, waited, cfg, err)
 		return nil, fmt.Errorf("starting the container: %w", err)
@@ -396,8 +397,7 @@ func (r *Runtime) Start(ctx context.Context, cfg *runtime.ContainerConfig) (runt
 	return c, nil
 }
 
-// runcStart starts a created container. The end of ctx abandons it after
-// stopStartGrace, as readLine does.
+// runcStart starts a created container, waiting as awaitStart does.
 func (r *Runtime) runcStart(ctx context.Context, id string) error {
 	cmd := r.runc("start", id)
 	var out strings.Builder
@@ -407,50 +407,19 @@ func (r *Runtime) runcStart(ctx context.Context, id string) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	timeout := time.NewTimer(startTimeout)
-	defer timeout.Stop()
-	ended := ctx.Done()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("runc start: %v: %s", err, strings.TrimSpace(out.String()))
-			}
-			return nil
-		case <-timeout.C:
-			_ = cmd.Process.Kill()
-			<-done
-			if ctx.Err() != nil {
-				return fmt.Errorf("%w before the container started", ctx.Err())
-			}
-			return fmt.Errorf("runc start did not return within %v", startTimeout)
-		case <-ended:
-			ended = nil
-			timeout.Reset(stopStartGrace)
-		}
+	err, waitErr := awaitStart(ctx, done, startTimeout, stopStartGrace, "runc start did not return")
+	if waitErr != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		return waitErr
 	}
-}
-
-// lastLines returns the end of the file at path, for an error message.
-func lastLines(path string) string {
-	b, err := os.ReadFile(path)
 	if err != nil {
-		return "see " + path
+		return fmt.Errorf("runc start: %v: %s", err, strings.TrimSpace(out.String()))
 	}
-	s := strings.TrimSpace(string(b))
-	if len(s) > 500 {
-		s = "…" + s[len(s)-500:]
-	}
-	if s == "" {
-		return "it said nothing (" + path + ")"
-	}
-	return s
+	return nil
 }
 
-// readLine reads one line from f, giving up after timeout. The end of ctx
-// shortens the wait to grace instead of abandoning it at once: a start under
-// way when the agent stops normally ends within milliseconds, and a container
-// that started is then stopped and recorded like any other.
+// readLine reads one line from f, waiting as awaitStart does.
 func readLine(ctx context.Context, f *os.File, timeout, grace time.Duration) (string, error) {
 	type result struct {
 		line string
@@ -461,24 +430,46 @@ func readLine(ctx context.Context, f *os.File, timeout, grace time.Duration) (st
 		l, err := bufio.NewReader(f).ReadString('\n')
 		ch <- result{strings.TrimSpace(l), err}
 	}()
+	res, err := awaitStart(ctx, ch, timeout, grace, "the container did not start")
+	if err != nil {
+		return "", err
+	}
+	return res.line, res.err
+}
+
+// awaitStart waits for a step of a start to answer on ch, giving up after
+// timeout (what says what did not happen). The end of ctx shortens the wait
+// to grace instead of abandoning it at once: a start under way when the
+// agent stops normally ends within milliseconds, and a container that
+// started is then stopped and recorded like any other.
+func awaitStart[T any](ctx context.Context, ch <-chan T, timeout, grace time.Duration, what string) (T, error) {
 	deadline := time.Now().Add(timeout)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	ended := ctx.Done()
 	for {
 		select {
-		case res := <-ch:
-			return res.line, res.err
+		case v := <-ch:
+			return v, nil
 		case <-t.C:
+			var zero T
 			if ctx.Err() != nil {
-				return "", fmt.Errorf("%w before the container started", ctx.Err())
+				return zero, fmt.Errorf("%w before the container started", ctx.Err())
 			}
-			return "", fmt.Errorf("the container did not start within %v", timeout)
+			return zero, fmt.Errorf("%s within %v", what, timeout)
 		case <-ended:
 			ended = nil
 			t.Reset(min(grace, time.Until(deadline)))
 		}
 	}
+}
+
+// monitorSaid is the end of conmon's own log at path, for an error.
+func monitorSaid(path string) string {
+	if tail := logfile.Tail(path, 5, 2048); tail != "" {
+		return tail
+	}
+	return "it said nothing (" + path + ")"
 }
 
 // stopStartGrace is how long a start under way may still take once the
