@@ -191,11 +191,6 @@ type attacher struct{ c *Container }
 // current run's log from its end until the run ends or the client goes.
 func (a attacher) AttachContainer(ctx context.Context, _, _, name string, in io.Reader, out, stderr io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
 	if at, ok := a.c.Run.(runtime.Attachable); ok && (in != nil || tty) {
-		var sizes chan runtime.TerminalSize
-		if resize != nil {
-			sizes = make(chan runtime.TerminalSize)
-			go relaySizes(ctx, resize, sizes)
-		}
 		var outW, errW io.Writer
 		if out != nil {
 			outW = out
@@ -203,7 +198,7 @@ func (a attacher) AttachContainer(ctx context.Context, _, _, name string, in io.
 		if stderr != nil {
 			errW = stderr
 		}
-		return at.Attach(ctx, in, outW, errW, sizes)
+		return at.Attach(ctx, in, outW, errW, resize)
 	}
 	run := a.c.Run
 	none := int64(0)
@@ -222,25 +217,6 @@ func (a attacher) AttachContainer(ctx context.Context, _, _, name string, in io.
 		}
 	}
 	return logs.ReadLogs(ctx, a.c.LogPath(a.c.Status.RestartCount), name, &logs.LogOptions{Follow: true, TailLines: &none}, runState{running: running}, out, stderr)
-}
-
-// relaySizes passes the client's terminal sizes on until ctx ends.
-func relaySizes(ctx context.Context, from <-chan remotecommand.TerminalSize, to chan<- runtime.TerminalSize) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case size, ok := <-from:
-			if !ok {
-				return
-			}
-			select {
-			case to <- runtime.TerminalSize{Width: size.Width, Height: size.Height}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
 }
 
 type discard struct{}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
 
 // HostRuntimeClass is the RuntimeClass whose pods' containers get, instead
@@ -183,9 +184,6 @@ type PIDNamespaced interface {
 	PIDNamespace() string
 }
 
-// TerminalSize is a terminal's size in characters.
-type TerminalSize struct{ Width, Height uint16 }
-
 // Attachable is a run whose stdin and output can be attached to (kubectl
 // attach -i, kubectl run -it), as the CRI's Attach.
 type Attachable interface {
@@ -193,7 +191,7 @@ type Attachable interface {
 	// to stdout and stderr (one stream under a terminal) until the run or
 	// ctx ends; resize, for a terminal, resizes it. It refuses stdin when
 	// the run has no stdin stream.
-	Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan TerminalSize) error
+	Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan remotecommand.TerminalSize) error
 }
 
 // Runtime starts containers.

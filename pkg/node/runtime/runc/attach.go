@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
@@ -33,7 +34,7 @@ const (
 )
 
 // Attach implements runtime.Attachable.
-func (c *container) Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan runtime.TerminalSize) error {
+func (c *container) Attach(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan remotecommand.TerminalSize) error {
 	if stdin != nil && !c.stdin {
 		return errors.New("the container has no stdin stream (its spec does not set stdin: true)")
 	}
@@ -123,9 +124,9 @@ const resizeSettle = 50 * time.Millisecond
 // a burst (kubectl sends its size plus one, then its size, to force a
 // redraw) only the last is sent: conmon 2.1.6 handles the first message of
 // one read of its control FIFO as many times as the read holds messages.
-func (c *container) followResizes(ctx context.Context, resize <-chan runtime.TerminalSize) {
+func (c *container) followResizes(ctx context.Context, resize <-chan remotecommand.TerminalSize) {
 	for {
-		var size runtime.TerminalSize
+		var size remotecommand.TerminalSize
 		select {
 		case <-ctx.Done():
 			return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -595,12 +596,12 @@ func TestRuncAttach(t *testing.T) {
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	var term syncBuffer
-	sizes := make(chan runtime.TerminalSize, 2)
+	sizes := make(chan remotecommand.TerminalSize, 2)
 	attached := make(chan error, 1)
 	go func() { attached <- c.(runtime.Attachable).Attach(ctx, inR, &term, nil, sizes) }()
 	// As kubectl: its size plus one, then its size.
-	sizes <- runtime.TerminalSize{Width: 101, Height: 31}
-	sizes <- runtime.TerminalSize{Width: 100, Height: 30}
+	sizes <- remotecommand.TerminalSize{Width: 101, Height: 31}
+	sizes <- remotecommand.TerminalSize{Width: 100, Height: 30}
 	// The resize goes through conmon's control FIFO, the input through the
 	// socket: ask for the size until the new one shows.
 	for i := 0; i < 50 && !strings.Contains(term.String(), "30 100"); i++ {
