@@ -185,11 +185,12 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 // TestReadmeWalkthroughs runs the README's walkthroughs verbatim against one
 // "steadyplane up", with kubectl as the client: Deployments, Services and
 // namespace deletion (controller manager and scheduler), pods (logs, exec,
-// port-forward) and readiness gates.
+// port-forward), in-place resize and readiness gates.
 func TestReadmeWalkthroughs(t *testing.T) {
 	deployments := testup.ReadmeBlock(t, "Deployments, services and namespaces")
 	pods := testup.ReadmeBlock(t, "Pods on the node")
 	gates := testup.ReadmeBlock(t, "Pods with readiness gates")
+	resize := testup.ReadmeBlock(t, "Resizing a running pod")
 	ctx, dataDir, script := testup.StartWalkthrough(t, 10*time.Minute)
 	run := func(name, block string) []string {
 		t.Helper()
@@ -233,6 +234,17 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 	}
 	if !hostname || !listing || !logged || !isolated || !filtered || !greeted || !debugged {
 		t.Errorf("pod walkthrough: exec printed the pod's name %v, port-forward reached the server %v, logs -f streamed the request %v, the host's /etc/shadow is not there %v, a seccomp filter %v, run -i read its stdin %v, debug --target saw the target's httpd as PID 1 %v; want all", hostname, listing, logged, isolated, filtered, greeted, debugged)
+	}
+
+	// In-place resize: the new memory limit is in the container's cgroup,
+	// and it did not restart.
+	var limit, kept bool
+	for _, l := range run("resize", resize) {
+		limit = limit || l == "100663296"
+		kept = kept || l == "restarts: 0"
+	}
+	if !limit || !kept {
+		t.Errorf("resize walkthrough: the container reads its new memory limit %v, not restarted %v; want both", limit, kept)
 	}
 
 	// The README's "kubectl run -it": a shell on a terminal, typed into

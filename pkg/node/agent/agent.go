@@ -556,6 +556,23 @@ func (a *Agent) allocatable() corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
 }
 
+// requested implements host: the pods of every worker but except's that
+// have not ended, with their spec's requests.
+func (a *Agent) requested(except types.UID) corev1.ResourceList {
+	a.mu.Lock()
+	var pods []*corev1.Pod
+	for _, w := range a.workers {
+		w.mu.Lock()
+		p, gone := w.pod, w.gone
+		w.mu.Unlock()
+		if p != nil && !gone && p.UID != except && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			pods = append(pods, p)
+		}
+	}
+	a.mu.Unlock()
+	return podsRequests(pods)
+}
+
 func memory() resource.Quantity {
 	var total int64
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {

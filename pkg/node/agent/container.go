@@ -113,16 +113,6 @@ func securityConfig(pod *corev1.Pod, c *corev1.Container, cfg *runtime.Container
 	return nil
 }
 
-// resourceConfig applies the container's memory and cpu limits to cfg.
-func resourceConfig(c *corev1.Container, cfg *runtime.ContainerConfig) {
-	if m, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
-		cfg.MemoryLimit = m.Value()
-	}
-	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
-		cfg.CPUMillis = q.MilliValue()
-	}
-}
-
 // checkForRuntime checks a container that runs host commands (the process
 // runtime, or the host runtime class): it names its command, and a host
 // process asks for no isolation it cannot have.

@@ -34,6 +34,9 @@ type host interface {
 	volumeSource() volume.Source
 	// allocatable is what the node offers pods.
 	allocatable() corev1.ResourceList
+	// requested sums the requests of the pods the node runs, but the one
+	// of UID except.
+	requested(except types.UID) corev1.ResourceList
 	// putLocal keeps rec, the pod in podDir, in the node's own record.
 	putLocal(podDir string, rec *localstatus.Pod) error
 	// forgetLocal drops the pod uid from the record that is served.

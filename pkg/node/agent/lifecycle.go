@@ -89,12 +89,16 @@ const (
 	evSetupFailed
 	// evInitPending: the pod's init containers have not all completed.
 	evInitPending
+	// evResizeRestart: an in-place resize changed a resource whose
+	// resizePolicy is RestartContainer; the run is stopped, and the next
+	// one has the new resources.
+	evResizeRestart
 )
 
 // eventKinds lists every event, for the tests that check the transition
 // table is complete.
 var eventKinds = []eventKind{evSync, evNoLeftover, evLeftoverRunning, evLeftoverEnded, evStarted, evStartFailed,
-	evLivenessFailed, evExited, evStopped, evSetupFailed, evInitPending}
+	evLivenessFailed, evExited, evStopped, evSetupFailed, evInitPending, evResizeRestart}
 
 func (k eventKind) String() string {
 	switch k {
@@ -120,6 +124,8 @@ func (k eventKind) String() string {
 		return "SetupFailed"
 	case evInitPending:
 		return "InitPending"
+	case evResizeRestart:
+		return "ResizeRestart"
 	}
 	return fmt.Sprintf("event(%d)", int(k))
 }
@@ -315,6 +321,17 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		s.livenessKills++
 		return s, []action{
 			recordEvent(corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", s.name),
+			{kind: actStopProbes},
+			{kind: actKill},
+		}
+
+	case evResizeRestart:
+		if s.phase != phaseRunning || s.ephemeral {
+			return s, nil
+		}
+		s.phase = phaseKilling
+		return s, []action{
+			recordEvent(corev1.EventTypeNormal, "Killing", "Container %s resize requires restart", s.name),
 			{kind: actStopProbes},
 			{kind: actKill},
 		}

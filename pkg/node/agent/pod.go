@@ -218,7 +218,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	if cfg.Sysctls, err = podSysctls(pod); err != nil {
 		return nil, err
 	}
-	resourceConfig(spec, cfg)
+	cfg.Resources = runtimeResources(spec.Resources)
 	cfg.PidsLimit = w.opts.PodPidsLimit
 	memory := w.host.allocatable()[corev1.ResourceMemory]
 	cfg.OOMScoreAdj = qos.GetContainerOOMScoreAdjust(pod, spec, memory.Value())

@@ -27,8 +27,11 @@ import (
 type container struct {
 	spec corev1.Container
 	lifecycle
-	run          runtime.Container // the current run: in phases Running and Killing only
-	runSpec      *runtime.ContainerConfig
+	run     runtime.Container // the current run: in phases Running and Killing only
+	runSpec *runtime.ContainerConfig
+	// running are the resources the current run has (in-place resize
+	// changes them); spec.Resources are those allocated to the container.
+	running      *corev1.ResourceRequirements
 	image        *pulledImage // the image of the current or last run; nil for a host root
 	readiness    *probe.Tracker
 	liveness     *probe.Tracker
@@ -72,6 +75,8 @@ type worker struct {
 	// evictRequest, under mu, is why the eviction manager asks for the
 	// pod's eviction ("" for no request); the worker evicts at its next turn.
 	evictRequest string
+	// resizing is the in-place resize of the pod under way or waiting.
+	resizing resizeState
 	// storageAt is when the pod's local storage was last measured.
 	storageAt time.Time
 	// local is the status last kept in the node's own record.
@@ -346,6 +351,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	}
 	w.setupErr = ""
 	w.addEphemeral(pod)
+	w.resize(ctx, pod, now)
 	if now.Sub(w.storageAt) >= storageCheckPeriod {
 		w.storageAt = now
 		if msg := storageViolation(pod, w.storageUsage(pod)); msg != "" {
@@ -472,6 +478,7 @@ func (w *worker) start(ctx context.Context, pod *corev1.Pod, c *container, now t
 		return
 	}
 	c.run, c.runSpec, c.image = run, cfg, img
+	c.running = c.spec.Resources.DeepCopy()
 	w.apply(ctx, pod, c, event{kind: evStarted}, now)
 }
 
@@ -493,7 +500,7 @@ func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now t
 		}
 	}
 	if ev.kind != evNoLeftover {
-		c.run, c.runSpec = run, cfg
+		c.run, c.runSpec, c.running = run, cfg, c.spec.Resources.DeepCopy()
 		if !w.hostRoot(pod) && w.host.images() != nil {
 			c.image, _ = w.host.images().present(&c.spec)
 		}

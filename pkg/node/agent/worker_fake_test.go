@@ -103,6 +103,8 @@ type fakeHost struct {
 	events  []string // reason: message
 	patches int
 	removed int
+	// capacity is what the node offers (allocatable); empty for nothing.
+	capacity corev1.ResourceList
 }
 
 func newFakeHost() *fakeHost { return &fakeHost{local: localstatus.NewStore()} }
@@ -126,7 +128,8 @@ func (h *fakeHost) removePod(context.Context, *corev1.Pod) error {
 	return nil
 }
 func (h *fakeHost) volumeSource() volume.Source                              { return nil }
-func (h *fakeHost) allocatable() corev1.ResourceList                         { return corev1.ResourceList{} }
+func (h *fakeHost) allocatable() corev1.ResourceList                         { return h.capacity }
+func (h *fakeHost) requested(types.UID) corev1.ResourceList                  { return corev1.ResourceList{} }
 func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error          { return h.local.Put(dir, rec) }
 func (h *fakeHost) forgetLocal(uid types.UID)                                { h.local.Forget(uid) }
 func (h *fakeHost) images() *imageService                                    { return nil }

@@ -90,9 +90,16 @@ func (w *worker) publish(pod *corev1.Pod, s corev1.PodStatus) {
 // containerStatus reports c as the Pod API shows it.
 func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 	s := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, RestartCount: c.restarts}
-	if r := c.spec.Resources; len(r.Limits) > 0 || len(r.Requests) > 0 {
-		// The resources the container runs with: its spec's, which the
-		// runtime applied (clients of in-place resize read them here).
+	// As the kubelet's: the requests allocated to the container, and the
+	// resources its run has (which an in-place resize changes once it is
+	// applied; clients of resize wait for the two to agree).
+	if len(c.spec.Resources.Requests) > 0 {
+		s.AllocatedResources = c.spec.Resources.Requests.DeepCopy()
+	}
+	switch r := c.spec.Resources; {
+	case c.running != nil && c.state() == stateRunning:
+		s.Resources = c.running.DeepCopy()
+	case len(r.Limits) > 0 || len(r.Requests) > 0:
 		s.Resources = &corev1.ResourceRequirements{Limits: r.Limits.DeepCopy(), Requests: r.Requests.DeepCopy()}
 	}
 	if c.image != nil {
@@ -176,6 +183,7 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	for i := range owned {
 		owned[i].ObservedGeneration = pod.Generation
 	}
+	owned = append(owned, w.resizing.conditions()...)
 	owned = podstatus.WithTransitionTimes(owned, old.Conditions, metav1.Now())
 	conditions := make([]corev1.PodCondition, 0, len(old.Conditions)+len(owned))
 	for _, c := range old.Conditions {

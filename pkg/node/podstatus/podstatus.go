@@ -35,7 +35,8 @@ const (
 
 // OwnedConditions are the condition types a node agent writes; every other
 // condition (readiness gates among them) belongs to someone else.
-var OwnedConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
+var OwnedConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady,
+	corev1.PodResizePending, corev1.PodResizeInProgress}
 
 // ContainersReady returns the ContainersReady condition: True when every
 // regular container has a status and is ready.

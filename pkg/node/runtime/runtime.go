@@ -117,9 +117,9 @@ type ContainerConfig struct {
 	// CapAdd and CapDrop change the default capability set (names with
 	// or without the CAP_ prefix; "ALL" in CapDrop drops every one).
 	CapAdd, CapDrop []string
-	// MemoryLimit in bytes and CPUMillis in thousandths of a CPU; 0 for none.
-	MemoryLimit int64
-	CPUMillis   int64
+	// Resources are the container's memory and CPU limits and its CPU
+	// request (in-place resize changes them on a Resizable run).
+	Resources
 	// PidsLimit caps the container's processes and threads; 0 for none.
 	PidsLimit int64
 	// OOMScoreAdj is the container's oom_score_adj (-1000..1000), by its
@@ -182,6 +182,28 @@ type Measured interface {
 type PIDNamespaced interface {
 	// PIDNamespace is the path of the run's PID namespace.
 	PIDNamespace() string
+}
+
+// Resources are the cgroup settings of a container that follow its
+// resources in the pod spec.
+type Resources struct {
+	// MemoryLimit in bytes and CPUMillis (the limit) in thousandths of a
+	// CPU; 0 for none.
+	MemoryLimit int64
+	CPUMillis   int64
+	// CPURequestMillis is the CPU request, which sets the container's
+	// share of CPU time under contention (cpu.shares, or cpu.weight on
+	// cgroup v2); 0 for none, the kubelet's minimum share.
+	CPURequestMillis int64
+}
+
+// Resizable is a run whose resources change while it runs (in-place pod
+// resize), as the CRI's UpdateContainerResources.
+type Resizable interface {
+	// Resize applies r to the running container; it fails (and changes
+	// nothing the kernel refuses) when, say, a memory limit is below what
+	// the container uses.
+	Resize(ctx context.Context, r Resources) error
 }
 
 // Attachable is a run whose stdin and output can be attached to (kubectl

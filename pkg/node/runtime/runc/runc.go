@@ -8,6 +8,7 @@ package runc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -650,4 +651,21 @@ func KillAll(binary, root string) ([]string, error) {
 		}
 	}
 	return ids, errors.Join(errs...)
+}
+
+var _ runtime.Resizable = (*container)(nil)
+
+// Resize implements runtime.Resizable with runc update, given the
+// resources as JSON on its stdin (as containerd's UpdateContainerResources).
+func (c *container) Resize(ctx context.Context, r runtime.Resources) error {
+	b, err := json.Marshal(linuxResources(r, true))
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, c.r.opts.Binary, "--root", c.r.opts.Root, "update", "--resources", "-", c.id)
+	cmd.Stdin = bytes.NewReader(b)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("runc update: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
 }

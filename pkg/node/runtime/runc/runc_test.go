@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
@@ -186,8 +187,8 @@ func TestRuncOOMKilled(t *testing.T) {
 	r, dir := newTestRuntime(t)
 	cfg := &runtime.ContainerConfig{
 		ID: "pod3_c", Dir: filepath.Join(dir, "pod3", "c"), LogPath: filepath.Join(dir, "pod3", "c", "0.log"),
-		Argv:        []string{"/usr/bin/python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"},
-		MemoryLimit: 50 << 20,
+		Argv:      []string{"/usr/bin/python3", "-c", "b = []\nwhile True: b.append(bytearray(1 << 20))"},
+		Resources: runtime.Resources{MemoryLimit: 50 << 20},
 	}
 	c, err := r.Start(context.Background(), cfg)
 	if err != nil {
@@ -654,5 +655,80 @@ func TestRuncQuickExit(t *testing.T) {
 		if out, err := r.runc("state", cfg.ID).CombinedOutput(); err == nil {
 			t.Errorf("run %d: runc still knows the ended container: %s", i, out)
 		}
+	}
+}
+
+// TestRuncResize changes a running container's limits and CPU share as an
+// in-place pod resize does, and lifts limits that are gone.
+func TestRuncResize(t *testing.T) {
+	r, dir := newTestRuntime(t)
+	cfg := &runtime.ContainerConfig{
+		ID: "pod6_r", Dir: filepath.Join(dir, "pod6", "r"), LogPath: filepath.Join(dir, "pod6", "r", "0.log"),
+		Argv:      []string{"/bin/sleep", "3599"},
+		Resources: runtime.Resources{MemoryLimit: 64 << 20, CPUMillis: 200, CPURequestMillis: 100},
+	}
+	c, err := r.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(0)
+	_, err = os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	v2 := err == nil
+	cgroup := func(subsystem, file string) string {
+		path := filepath.Join(cgroupRoot, subsystem, r.cgroupsPath(cfg.ID), file)
+		if v2 {
+			path = filepath.Join(cgroupRoot, r.cgroupsPath(cfg.ID), file)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	// check takes v1's values; on v2 the same settings read differently.
+	check := func(when string, memory, quota, shares string) {
+		t.Helper()
+		files := [3]string{"memory.limit_in_bytes", "cpu.cfs_quota_us", "cpu.shares"}
+		if v2 {
+			files = [3]string{"memory.max", "cpu.max", "cpu.weight"}
+			if memory == "9223372036854771712" {
+				memory = "max"
+			}
+			if quota == "-1" {
+				quota = "max"
+			}
+			quota += " 100000"
+			n, _ := strconv.ParseUint(shares, 10, 64)
+			shares = strconv.FormatUint(cgroups.ConvertCPUSharesToCgroupV2Value(n), 10)
+		}
+		for i, want := range []string{memory, quota, shares} {
+			subsystem := [3]string{"memory", "cpu", "cpu"}[i]
+			if got := cgroup(subsystem, files[i]); got != want {
+				t.Errorf("%s: %s is %s, want %s", when, files[i], got, want)
+			}
+			// The container reads the same at /sys/fs/cgroup.
+			inside := filepath.Join(cgroupRoot, subsystem, files[i])
+			if v2 {
+				inside = filepath.Join(cgroupRoot, files[i])
+			}
+			out, err := c.Command([]string{"/bin/cat", inside}, nil, "", false).CombinedOutput()
+			if got := strings.TrimSpace(string(out)); err != nil || got != want {
+				t.Errorf("%s: the container reads %s as %q (%v), want %s", when, inside, got, err, want)
+			}
+		}
+	}
+	check("at start", "67108864", "20000", "102")
+	if err := c.(runtime.Resizable).Resize(context.Background(), runtime.Resources{MemoryLimit: 96 << 20, CPUMillis: 300, CPURequestMillis: 250}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a resize up", "100663296", "30000", "256")
+	if err := c.(runtime.Resizable).Resize(context.Background(), runtime.Resources{CPURequestMillis: 250}); err != nil {
+		t.Fatal(err)
+	}
+	check("limits removed", "9223372036854771712", "-1", "256")
+	select {
+	case <-c.Done():
+		t.Fatalf("the container ended on a resize: %+v", c.Exit())
+	default:
 	}
 }

@@ -72,8 +72,8 @@ func FindSystemDirs() []HostPath {
 // image (mounted by the runtime at the bundle's rootfs), or of read-only bind
 // mounts of the host's system directories with a private /tmp; its own
 // mount and PID namespaces, the sandbox's network, IPC and UTS namespaces,
-// cfg's mounts, user, capabilities and limits. No cgroup filesystem is
-// mounted (runc's fails on cgroup v1 hosts, and containers need none).
+// cfg's mounts, user, capabilities and limits, and its own cgroups at
+// /sys/fs/cgroup.
 func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *specs.Spec {
 	cwd := cfg.WorkingDir
 	if cwd == "" {
@@ -111,6 +111,9 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOptions(cfg.Privileged)},
+			// The container's own cgroups, read-only unless privileged (as
+			// containerd's): what it may use, as resizes change it.
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: cgroupOptions(cfg.Privileged)},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: cgroupsPath,
@@ -164,19 +167,62 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 	if len(cfg.Sysctls) > 0 {
 		s.Linux.Sysctl = cfg.Sysctls
 	}
-	if cfg.MemoryLimit > 0 {
-		limit := cfg.MemoryLimit
-		s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &limit}
-	}
-	if cfg.CPUMillis > 0 {
-		period := uint64(100000)
-		quota := cfg.CPUMillis * int64(period) / 1000
-		if quota < 1000 {
-			quota = 1000 // the kernel's minimum
-		}
-		s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
-	}
+	r := linuxResources(cfg.Resources, false)
+	s.Linux.Resources.Memory, s.Linux.Resources.CPU = r.Memory, r.CPU
 	return s
+}
+
+// The kubelet's CPU settings (pkg/kubelet/cm, helpers_linux.go): shares
+// per CPU and their bounds, and the CFS period and smallest quota.
+const (
+	sharesPerCPU  = 1024
+	minShares     = 2
+	maxShares     = 262144
+	quotaPeriod   = 100000
+	minQuota      = 1000
+	millisPerCore = 1000
+)
+
+// cpuShares is the kubelet's MilliCPUToShares: the share of a CPU request,
+// the minimum for none.
+func cpuShares(millis int64) uint64 {
+	shares := millis * sharesPerCPU / millisPerCore
+	return uint64(min(max(shares, minShares), maxShares))
+}
+
+// linuxResources are r as runc sets them, as the kubelet asks a CRI
+// runtime for them: a memory limit, a CFS quota for a CPU limit and shares
+// for the CPU request. For an update (runc update), a limit that is gone
+// is -1, which lifts it; at creation it is left out.
+func linuxResources(r runtime.Resources, update bool) specs.LinuxResources {
+	var out specs.LinuxResources
+	shares := cpuShares(r.CPURequestMillis)
+	out.CPU = &specs.LinuxCPU{Shares: &shares}
+	switch {
+	case r.CPUMillis > 0:
+		period := uint64(quotaPeriod)
+		quota := max(r.CPUMillis*quotaPeriod/millisPerCore, minQuota)
+		out.CPU.Period, out.CPU.Quota = &period, &quota
+	case update:
+		unlimited := int64(-1)
+		out.CPU.Quota = &unlimited
+	}
+	switch {
+	case r.MemoryLimit > 0:
+		limit := r.MemoryLimit
+		out.Memory = &specs.LinuxMemory{Limit: &limit}
+	case update:
+		unlimited := int64(-1)
+		out.Memory = &specs.LinuxMemory{Limit: &unlimited}
+	}
+	return out
+}
+
+func cgroupOptions(privileged bool) []string {
+	if privileged {
+		return []string{"nosuid", "noexec", "nodev", "relatime"}
+	}
+	return []string{"nosuid", "noexec", "nodev", "relatime", "ro"}
 }
 
 func sysOptions(privileged bool) []string {

@@ -81,10 +81,10 @@ func TestSpec(t *testing.T) {
 	if mountAt(s, "/tmp") == nil || mountAt(s, "/tmp").Type != "tmpfs" {
 		t.Error("no private /tmp")
 	}
-	for _, m := range s.Mounts {
-		if m.Type == "cgroup" || strings.HasPrefix(m.Destination, "/sys/fs/cgroup") {
-			t.Errorf("cgroup mount %+v (fails on cgroup v1 hosts)", m)
-		}
+	// The container's own cgroups, read-only: what it may use, as a
+	// resize changes it (runc mounts its cgroup's directories, v1 or v2).
+	if m := mountAt(s, "/sys/fs/cgroup"); m == nil || m.Type != "cgroup" || !slices.Contains(m.Options, "ro") {
+		t.Errorf("cgroup mount %+v, want the container's cgroups read-only", m)
 	}
 	for typ, want := range map[specs.LinuxNamespaceType]string{specs.NetworkNamespace: "/p/ns/net", specs.IPCNamespace: "/p/ns/ipc", specs.UTSNamespace: "/p/ns/uts", specs.PIDNamespace: "", specs.MountNamespace: ""} {
 		if got, ok := nsPath(s, typ); !ok || got != want {
@@ -102,7 +102,7 @@ func TestSpec(t *testing.T) {
 	hardened.Sandbox = &runtime.Sandbox{IPCNS: "/p/ns/ipc"} // hostNetwork
 	hardened.User = &runtime.User{UID: 1000, GID: 2000}
 	hardened.ReadOnlyRootFilesystem, hardened.NoNewPrivileges = true, true
-	hardened.MemoryLimit, hardened.CPUMillis = 50<<20, 250
+	hardened.Resources = runtime.Resources{MemoryLimit: 50 << 20, CPUMillis: 250}
 	hardened.Mounts = []runtime.Mount{{Source: "/data/v", Destination: "/v", ReadOnly: true}}
 	s = Spec(&hardened, system, "/steadyplane/y")
 	if _, ok := nsPath(s, specs.NetworkNamespace); ok {
@@ -127,8 +127,8 @@ func TestSpec(t *testing.T) {
 	priv := base
 	priv.Privileged = true
 	s = Spec(&priv, system, "")
-	if len(s.Linux.MaskedPaths) != 0 || slices.Contains(mountAt(s, "/sys").Options, "ro") || len(s.Process.Capabilities.Bounding) != len(currentCapabilities()) {
-		t.Error("privileged container still masked, read-only /sys or short of capabilities")
+	if len(s.Linux.MaskedPaths) != 0 || slices.Contains(mountAt(s, "/sys").Options, "ro") || slices.Contains(mountAt(s, "/sys/fs/cgroup").Options, "ro") || len(s.Process.Capabilities.Bounding) != len(currentCapabilities()) {
+		t.Error("privileged container still masked, read-only /sys or cgroups, or short of capabilities")
 	}
 }
 
@@ -265,5 +265,39 @@ func TestClampOOMScoreAdj(t *testing.T) {
 		if got := clampOOMScoreAdj(tc.want, tc.current, tc.canLower); got != tc.got {
 			t.Errorf("clampOOMScoreAdj(%d, %d, %v) = %d, want %d", tc.want, tc.current, tc.canLower, got, tc.got)
 		}
+	}
+}
+
+func TestLinuxResources(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		r                     runtime.Resources
+		update                bool
+		shares                uint64
+		quota, period, memory int64 // 0: left out
+	}{
+		{name: "best effort: the smallest share", shares: 2},
+		{name: "request only", r: runtime.Resources{CPURequestMillis: 250}, shares: 256},
+		{name: "tiny request rounds to the minimum", r: runtime.Resources{CPURequestMillis: 1}, shares: 2},
+		{name: "huge request capped", r: runtime.Resources{CPURequestMillis: 1 << 30}, shares: 262144},
+		{name: "limits", r: runtime.Resources{CPURequestMillis: 20, CPUMillis: 30, MemoryLimit: 45 << 20}, shares: 20, quota: 3000, period: 100000, memory: 45 << 20},
+		{name: "a limit under the kernel's smallest quota", r: runtime.Resources{CPUMillis: 5}, shares: 2, quota: 1000, period: 100000},
+		{name: "update lifts limits that are gone", r: runtime.Resources{CPURequestMillis: 100}, update: true, shares: 102, quota: -1, memory: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := linuxResources(tc.r, tc.update)
+			if got.CPU == nil || got.CPU.Shares == nil || *got.CPU.Shares != tc.shares {
+				t.Errorf("shares %v, want %d", got.CPU, tc.shares)
+			}
+			if q := got.CPU.Quota; (q == nil) != (tc.quota == 0) || (q != nil && *q != tc.quota) {
+				t.Errorf("quota %v, want %d", q, tc.quota)
+			}
+			if p := got.CPU.Period; (p == nil) != (tc.period == 0) || (p != nil && int64(*p) != tc.period) {
+				t.Errorf("period %v, want %d", p, tc.period)
+			}
+			if m := got.Memory; (m == nil) != (tc.memory == 0) || (m != nil && *m.Limit != tc.memory) {
+				t.Errorf("memory %v, want %d", m, tc.memory)
+			}
+		})
 	}
 }

@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
+)
+
+// The kubelet's event reasons for in-place resize (pkg/kubelet/events).
+const (
+	ReasonResizeStarted    = "ResizeStarted"
+	ReasonResizeCompleted  = "ResizeCompleted"
+	ReasonResizeError      = "ResizeError"
+	ReasonResizeDeferred   = "ResizeDeferred"
+	ReasonResizeInfeasible = "ResizeInfeasible"
+)
+
+// resizeVerdict decides whether a resize of a pod to requests fits a node
+// that offers allocatable, of which other pods request othersRequested: ""
+// when it does; else the PodResizePending reason and message, as the
+// kubelet's: Infeasible when the pod alone asks more than the node has
+// (it never fits), Deferred when the others leave too little (it may, once
+// they end).
+func resizeVerdict(requests, allocatable, othersRequested corev1.ResourceList) (reason, message string) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		want, capacity, used := amount(requests, name), amount(allocatable, name), amount(othersRequested, name)
+		if want == 0 || capacity == 0 {
+			continue
+		}
+		if want > capacity {
+			return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d", name, want, capacity)
+		}
+		if want+used > capacity {
+			return corev1.PodReasonDeferred, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", name, want, used, capacity)
+		}
+	}
+	return "", ""
+}
+
+// amount is q of name as the kubelet's admission counts it: CPU in
+// thousandths, everything else in units.
+func amount(l corev1.ResourceList, name corev1.ResourceName) int64 {
+	q, ok := l[name]
+	if !ok {
+		return 0
+	}
+	if name == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// resizeKind is what a change of a running container's resources asks.
+type resizeKind int
+
+const (
+	resizeNone    resizeKind = iota // nothing the runtime applies changed
+	resizeUpdate                    // the running container's cgroup changes
+	resizeRestart                   // the container restarts with the new resources
+)
+
+// resizeAction decides, as the kubelet does, what running container c
+// needs to go from the resources it runs with to those allocated: the
+// settings the runtime applies are the CPU request and limit and the
+// memory limit (a memory request changes no setting); a resource that
+// changed whose resizePolicy is RestartContainer restarts it.
+func resizeAction(c *corev1.Container, running, allocated corev1.ResourceRequirements) resizeKind {
+	changed := map[corev1.ResourceName]bool{
+		corev1.ResourceCPU: !sameQuantity(running.Requests, allocated.Requests, corev1.ResourceCPU) ||
+			!sameQuantity(running.Limits, allocated.Limits, corev1.ResourceCPU),
+		corev1.ResourceMemory: !sameQuantity(running.Limits, allocated.Limits, corev1.ResourceMemory),
+	}
+	kind := resizeNone
+	for name, ch := range changed {
+		if !ch {
+			continue
+		}
+		kind = max(kind, resizeUpdate)
+		for _, p := range c.ResizePolicy {
+			if p.ResourceName == name && p.RestartPolicy == corev1.RestartContainer {
+				kind = resizeRestart
+			}
+		}
+	}
+	return kind
+}
+
+func sameQuantity(a, b corev1.ResourceList, name corev1.ResourceName) bool {
+	qa, oka := a[name]
+	qb, okb := b[name]
+	return oka == okb && (!oka || qa.Cmp(qb) == 0)
+}
+
+// runtimeResources are the cgroup settings of resources r.
+func runtimeResources(r corev1.ResourceRequirements) runtime.Resources {
+	var out runtime.Resources
+	if m, ok := r.Limits[corev1.ResourceMemory]; ok {
+		out.MemoryLimit = m.Value()
+	}
+	if q, ok := r.Limits[corev1.ResourceCPU]; ok {
+		out.CPUMillis = q.MilliValue()
+	}
+	if q, ok := r.Requests[corev1.ResourceCPU]; ok {
+		out.CPURequestMillis = q.MilliValue()
+	}
+	return out
+}
+
+// resizeState is a worker's in-place resize of its pod, as the
+// PodResizePending and PodResizeInProgress conditions show it.
+type resizeState struct {
+	// pending is the reason and message a resize waits with ("" for none).
+	pending, pendingMessage string
+	// inProgress: a resize was allocated and is not yet applied to every
+	// running container; err is why applying it failed last.
+	inProgress bool
+	err        string
+	generation int64
+}
+
+// conditions are the resize conditions of s for pod generation gen.
+func (s resizeState) conditions() []corev1.PodCondition {
+	var out []corev1.PodCondition
+	if s.pending != "" {
+		out = append(out, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+			Reason: s.pending, Message: s.pendingMessage, ObservedGeneration: s.generation})
+	}
+	if s.inProgress {
+		c := corev1.PodCondition{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue, ObservedGeneration: s.generation}
+		if s.err != "" {
+			c.Reason, c.Message = corev1.PodReasonError, s.err
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// resize follows the pod's resources in its spec, as the kubelet's
+// allocation manager: a change that fits the node is allocated (the
+// containers' status shows it at once) and then applied to each running
+// container, in place or by a restart as its resizePolicy says; one that
+// does not fit waits, Deferred or Infeasible. Each step has its event.
+func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
+	desired := map[string]*corev1.Container{}
+	for i := range pod.Spec.Containers {
+		desired[pod.Spec.Containers[i].Name] = &pod.Spec.Containers[i]
+	}
+	changed := false
+	for _, c := range w.containers {
+		if d := desired[c.spec.Name]; d != nil && !c.init && !c.ephemeral && !equality.Semantic.DeepEqual(d.Resources, c.spec.Resources) {
+			changed = true
+		}
+	}
+	if changed {
+		reason, message := resizeVerdict(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), w.host.allocatable(), w.host.requested(pod.UID))
+		if reason != "" {
+			if w.resizing.pending != reason || w.resizing.pendingMessage != message || w.resizing.generation != pod.Generation {
+				ev := ReasonResizeDeferred
+				if reason == corev1.PodReasonInfeasible {
+					ev = ReasonResizeInfeasible
+				}
+				w.host.event(pod, corev1.EventTypeWarning, ev, "Pod resize %s: %s", reason, resizeSummary(pod, message))
+			}
+			w.resizing.pending, w.resizing.pendingMessage, w.resizing.generation = reason, message, pod.Generation
+		} else {
+			for _, c := range w.containers {
+				if d := desired[c.spec.Name]; d != nil && !c.init && !c.ephemeral {
+					c.spec.Resources = *d.Resources.DeepCopy()
+					c.spec.ResizePolicy = d.ResizePolicy
+				}
+			}
+			w.resizing = resizeState{inProgress: true, generation: pod.Generation}
+			w.host.event(pod, corev1.EventTypeNormal, ReasonResizeStarted, "Pod resize started: %s", resizeSummary(pod, ""))
+			klog.InfoS("Pod resize started", "pod", klog.KObj(pod), "generation", pod.Generation)
+		}
+	} else {
+		w.resizing.pending, w.resizing.pendingMessage = "", ""
+	}
+	if !w.resizing.inProgress {
+		return
+	}
+	done := true
+	for _, c := range w.containers {
+		if c.init || c.ephemeral || c.phase != phaseRunning || c.run == nil || c.running == nil {
+			if c.phase == phaseKilling {
+				done = false // a restart for the resize is under way
+			}
+			continue
+		}
+		switch resizeAction(&c.spec, *c.running, c.spec.Resources) {
+		case resizeNone:
+			c.running = c.spec.Resources.DeepCopy()
+		case resizeRestart:
+			done = false
+			w.apply(ctx, pod, c, event{kind: evResizeRestart}, now)
+		case resizeUpdate:
+			r, ok := c.run.(runtime.Resizable)
+			if !ok {
+				// The process runtime applies no resources at all.
+				c.running = c.spec.Resources.DeepCopy()
+				continue
+			}
+			if err := r.Resize(ctx, runtimeResources(c.spec.Resources)); err != nil {
+				done = false
+				msg := fmt.Sprintf("container %s: %v", c.spec.Name, err)
+				if w.resizing.err != msg {
+					w.host.event(pod, corev1.EventTypeWarning, ReasonResizeError, "Pod resize error: %s", resizeSummary(pod, msg))
+				}
+				w.resizing.err = msg
+				continue
+			}
+			c.running = c.spec.Resources.DeepCopy()
+			if c.runSpec != nil {
+				c.runSpec.Resources = runtimeResources(c.spec.Resources)
+			}
+		}
+	}
+	if done {
+		w.resizing = resizeState{generation: pod.Generation}
+		w.host.event(pod, corev1.EventTypeNormal, ReasonResizeCompleted, "Pod resize completed: %s", resizeSummary(pod, ""))
+		klog.InfoS("Pod resize completed", "pod", klog.KObj(pod), "generation", pod.Generation)
+	}
+}
+
+// resizeSummary is the resources of pod's containers as the kubelet's
+// resize events give them: JSON with the generation and any error.
+func resizeSummary(pod *corev1.Pod, errMsg string) string {
+	type allocation struct {
+		Name      string                      `json:"name"`
+		Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	}
+	summary := struct {
+		Containers []allocation `json:"containers,omitempty"`
+		Generation int64        `json:"generation"`
+		Error      string       `json:"error,omitempty"`
+	}{Generation: pod.Generation, Error: errMsg}
+	for _, c := range pod.Spec.Containers {
+		summary.Containers = append(summary.Containers, allocation{Name: c.Name, Resources: c.Resources})
+	}
+	b, err := json.Marshal(summary)
+	if err != nil {
+		return errMsg
+	}
+	return string(b)
+}
+
+// podsRequests sums the requests of pods, as the kubelet's admission
+// counts the pods it runs.
+func podsRequests(pods []*corev1.Pod) corev1.ResourceList {
+	sum := corev1.ResourceList{}
+	for _, p := range pods {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+			total := sum[name]
+			total.Add(q)
+			sum[name] = total
+		}
+	}
+	return sum
+}
