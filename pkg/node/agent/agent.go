@@ -123,8 +123,13 @@ type Agent struct {
 	// layered over it, newer resource version first.
 	mirrors    cache.MutationCache
 	podsSynced func() bool // whether the API's pods of this node have been listed
-	node       *corev1.Node
-	staticWake chan struct{}
+	// services are the cluster's Services, for the variables the kubelet
+	// gives every container (KUBERNETES_SERVICE_HOST, ...); servicesSynced
+	// says whether they have been listed once.
+	services       cache.Store
+	servicesSynced func() bool
+	node           *corev1.Node
+	staticWake     chan struct{}
 	// local is the node's own record of its pods, served read-only.
 	local *localstatus.Store
 	// cidrWarned is set once a pod CIDR mismatch was reported.
@@ -235,6 +240,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 	})
 	a.podLister, a.podsSynced = indexer, informer.HasSynced
+	services, servicesInformer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: patient.ListerWatcher(ctx, cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()), patient.DefaultOptions),
+		ObjectType:    &corev1.Service{},
+	})
+	a.services, a.servicesSynced = services, servicesInformer.HasSynced
 	a.mirrors = cache.NewIntegerResourceVersionMutationCache(klog.FromContext(ctx), indexer, nil, mirrorMutationTTL, true)
 	if a.opts.APIAddress != "" {
 		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
@@ -251,7 +261,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.PodManifestPath != "" {
 		go a.runStaticPods(ctx)
 	}
-	go a.runWithAPI(ctx, informer)
+	go a.runWithAPI(ctx, informer, servicesInformer)
 	klog.InfoS("Node agent running", "node", a.opts.NodeName, "nodeIP", a.opts.NodeIP, "rootDir", a.opts.RootDir)
 	<-ctx.Done()
 	if a.opts.StopPodsOnExit {
@@ -269,7 +279,7 @@ var apiBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.S
 
 // runWithAPI registers the Node, retrying until an API server answers, then
 // starts the heartbeat, the Lease and the informer of the node's pods.
-func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
+func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache.Controller) {
 	registered := retryUntilDone(ctx, apiBackoff, func(ctx context.Context) bool {
 		err := a.registerNode(ctx)
 		if err != nil {
@@ -288,6 +298,7 @@ func (a *Agent) runWithAPI(ctx context.Context, informer cache.Controller) {
 	}
 	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
 	go leases.Run(ctx)
+	go servicesInformer.RunWithContext(ctx)
 	go informer.RunWithContext(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		a.wakeStatic() // the mirror pods can be written now
@@ -571,6 +582,22 @@ func (a *Agent) requested(except types.UID) corev1.ResourceList {
 	}
 	a.mu.Unlock()
 	return podsRequests(pods)
+}
+
+// serviceEnv implements host, as the kubelet's service links: the
+// variables of the Services of pod's namespace (unless the pod turns
+// enableServiceLinks off) and, for every pod, of the API server's Service
+// "kubernetes" in namespace default. Until the Services have been listed
+// once it fails for a pod of the API (its start is tried again); a static
+// pod, which may start before any API server, gets what is known.
+func (a *Agent) serviceEnv(pod *corev1.Pod, static bool) (map[string]string, error) {
+	if a.services == nil || (!a.servicesSynced() && !static) {
+		if static {
+			return nil, nil
+		}
+		return nil, errors.New("services have not yet been read at least once, cannot construct envvars")
+	}
+	return serviceEnvVars(pod, a.services.List()), nil
 }
 
 func memory() resource.Quantity {

@@ -3,15 +3,20 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/api/v1/resource"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/fieldpath"
+	"k8s.io/kubernetes/pkg/kubelet/envvars"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
 	"github.com/steadyplane/steadyplane/pkg/node/volume"
@@ -32,6 +37,9 @@ type envInputs struct {
 	// allocatable is what resourceFieldRef reports for a limit the
 	// container does not set, as the kubelet does.
 	allocatable corev1.ResourceList
+	// services are the service variables (serviceEnvVars): the
+	// container's own override them, and they expand in its values.
+	services map[string]string
 }
 
 // containerEnv returns the environment of container c of pod, as the
@@ -75,7 +83,7 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 			set(name, data[k])
 		}
 	}
-	mapping := expansion.MappingFuncFor(own)
+	mapping := expansion.MappingFuncFor(own, in.services)
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
 			set(e.Name, expansion.Expand(e.Value, mapping))
@@ -89,9 +97,14 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 			set(e.Name, v)
 		}
 	}
-	env := make([]string, 0, len(order))
+	env := make([]string, 0, len(order)+len(in.services))
 	for _, k := range order {
 		env = append(env, k+"="+own[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(in.services)) {
+		if _, ok := own[k]; !ok {
+			env = append(env, k+"="+in.services[k])
+		}
 	}
 	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + podHostname(pod)}), env)
 	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
@@ -210,4 +223,82 @@ func fieldValue(pod *corev1.Pod, path string, podIPs []string, hostIP string) (s
 		return hostIP, nil
 	}
 	return fieldpath.ExtractFieldPathAsString(pod, path)
+}
+
+// serviceEnvVars are the variables the kubelet gives pod's containers for
+// services (upstream's envvars.FromServices: FOO_SERVICE_HOST,
+// FOO_SERVICE_PORT, FOO_PORT_80_TCP, ... for Service foo): those of its
+// namespace that have a cluster IP, unless enableServiceLinks is false, and
+// always the API server's ("kubernetes" in namespace default), which is
+// how clients in pods find it (client-go's InClusterConfig).
+func serviceEnvVars(pod *corev1.Pod, objs []any) map[string]string {
+	links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
+	byName := map[string]*corev1.Service{}
+	for _, o := range objs {
+		svc, ok := o.(*corev1.Service)
+		if !ok || !v1helper.IsServiceIPSet(svc) {
+			continue
+		}
+		switch {
+		case svc.Namespace == metav1.NamespaceDefault && svc.Name == "kubernetes":
+			if _, ok := byName[svc.Name]; !ok {
+				byName[svc.Name] = svc
+			}
+		case svc.Namespace == pod.Namespace && links:
+			byName[svc.Name] = svc
+		}
+	}
+	if len(byName) == 0 {
+		return nil
+	}
+	services := make([]*corev1.Service, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		services = append(services, byName[name])
+	}
+	vars := map[string]string{}
+	for _, e := range envvars.FromServices(services) {
+		vars[e.Name] = e.Value
+	}
+	return vars
+}
+
+// withSubPathExprs returns c with each volumeMount's subPathExpr expanded
+// into its subPath by the container's environment env, as the kubelet
+// does: a variable that is unset or empty is an error (the container
+// waits with CreateContainerConfigError until, say, the annotation it
+// reads is set), and so is a result that is absolute or climbs out of the
+// volume. c is not changed.
+func withSubPathExprs(c *corev1.Container, env []string) (*corev1.Container, error) {
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.SubPathExpr != "" }) {
+		return c, nil
+	}
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	out := c.DeepCopy()
+	for i, m := range out.VolumeMounts {
+		if m.SubPathExpr == "" {
+			continue
+		}
+		var missing []string
+		path := expansion.Expand(m.SubPathExpr, func(k string) string {
+			if vars[k] == "" && !slices.Contains(missing, k) {
+				missing = append(missing, k)
+			}
+			return vars[k]
+		})
+		switch {
+		case len(missing) > 0:
+			return nil, fmt.Errorf("%w: volume mount %q: subPathExpr %q: missing value for %s", errConfig, m.Name, m.SubPathExpr, strings.Join(missing, ", "))
+		case filepath.IsAbs(path):
+			return nil, fmt.Errorf("%w: volume mount %q: subPathExpr %q expands to %q, which must be a relative path", errConfig, m.Name, m.SubPathExpr, path)
+		case slices.Contains(strings.Split(filepath.ToSlash(path), "/"), ".."):
+			return nil, fmt.Errorf("%w: volume mount %q: subPathExpr %q expands to %q, which must not contain '..'", errConfig, m.Name, m.SubPathExpr, path)
+		}
+		out.VolumeMounts[i].SubPath, out.VolumeMounts[i].SubPathExpr = path, ""
+	}
+	return out, nil
 }

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -96,5 +98,88 @@ func TestEnvSources(t *testing.T) {
 		if _, _, err := containerEnv(context.Background(), pod, c, in); !errors.Is(err, errConfig) {
 			t.Errorf("%s: %v, want a configuration error", name, err)
 		}
+	}
+}
+
+func TestWithSubPathExprs(t *testing.T) {
+	env := []string{"POD_NAME=foo", "ANNOTATION=mypath", "EMPTY=", "UP=..", "ROOT=/etc"}
+	for _, tc := range []struct {
+		name, expr, want, err string
+	}{
+		{"variables expanded", "$(ANNOTATION)/$(POD_NAME)", "mypath/foo", ""},
+		{"escaped", "$$(POD_NAME)", "$(POD_NAME)", ""},
+		{"an unset variable", "$(NONE)/$(POD_NAME)", "", "missing value for NONE"},
+		{"an empty one counts as missing", "$(EMPTY)/x", "", "missing value for EMPTY"},
+		{"climbing out", "$(UP)/x", "", "must not contain '..'"},
+		{"absolute", "$(ROOT)", "", "must be a relative path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &corev1.Container{VolumeMounts: []corev1.VolumeMount{{Name: "keep", SubPath: "plain"}, {Name: "v", SubPathExpr: tc.expr}}}
+			got, err := withSubPathExprs(c, env)
+			if tc.err != "" {
+				if !errors.Is(err, errConfig) || !strings.Contains(fmt.Sprint(err), tc.err) {
+					t.Fatalf("error %v, want a configuration error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.VolumeMounts[1].SubPath != tc.want || got.VolumeMounts[1].SubPathExpr != "" || got.VolumeMounts[0].SubPath != "plain" {
+				t.Errorf("mounts %+v, want subPath %q", got.VolumeMounts, tc.want)
+			}
+			if c.VolumeMounts[1].SubPath != "" {
+				t.Error("the container's own spec was changed")
+			}
+		})
+	}
+}
+
+// TestServiceEnv: the kubelet's service links. Services of the pod's
+// namespace with a cluster IP and the API server's give variables; the
+// container's own override them and can expand them.
+func TestServiceEnv(t *testing.T) {
+	svc := func(ns, name, ip string, port int32) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.ServiceSpec{ClusterIP: ip, Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP}}}}
+	}
+	objs := []any{
+		svc("default", "kubernetes", "10.96.0.1", 443),
+		svc("app", "web-front", "10.96.0.20", 8080),
+		svc("app", "headless", "None", 80),
+		svc("other", "db", "10.96.0.30", 5432),
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "p"}}
+	vars := serviceEnvVars(pod, objs)
+	for k, v := range map[string]string{
+		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+		"WEB_FRONT_SERVICE_HOST": "10.96.0.20", "WEB_FRONT_SERVICE_PORT_HTTP": "8080", "WEB_FRONT_PORT_8080_TCP_ADDR": "10.96.0.20",
+	} {
+		if vars[k] != v {
+			t.Errorf("%s = %q, want %q", k, vars[k], v)
+		}
+	}
+	for _, k := range []string{"HEADLESS_SERVICE_HOST", "DB_SERVICE_HOST"} {
+		if _, ok := vars[k]; ok {
+			t.Errorf("%s set: a headless service, or one of another namespace", k)
+		}
+	}
+	pod.Spec.EnableServiceLinks = ptr.To(false)
+	if vars := serviceEnvVars(pod, objs); len(vars) == 0 || vars["KUBERNETES_SERVICE_HOST"] != "10.96.0.1" || vars["WEB_FRONT_SERVICE_HOST"] != "" {
+		t.Errorf("enableServiceLinks: false: %v, want only the API server's", vars)
+	}
+
+	c := &corev1.Container{Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}, {Name: "API", Value: "https://$(KUBERNETES_SERVICE_HOST)"}}}
+	env, _, err := containerEnv(context.Background(), pod, c, envInputs{services: map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"KUBERNETES_SERVICE_PORT=6443", "API=https://10.96.0.1", "KUBERNETES_SERVICE_HOST=10.96.0.1"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("env %v lacks %s", env, want)
+		}
+	}
+	if slices.Contains(env, "KUBERNETES_SERVICE_PORT=443") {
+		t.Error("a service variable overrode the container's own")
 	}
 }

@@ -34,6 +34,9 @@ type host interface {
 	volumeSource() volume.Source
 	// allocatable is what the node offers pods.
 	allocatable() corev1.ResourceList
+	// serviceEnv returns the service variables of pod's containers
+	// (serviceEnvVars); static says it is a static pod.
+	serviceEnv(pod *corev1.Pod, static bool) (map[string]string, error)
 	// requested sums the requests of the pods the node runs, but the one
 	// of UID except.
 	requested(except types.UID) corev1.ResourceList

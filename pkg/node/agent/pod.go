@@ -222,7 +222,11 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	cfg.PidsLimit = w.opts.PodPidsLimit
 	memory := w.host.allocatable()[corev1.ResourceMemory]
 	cfg.OOMScoreAdj = qos.GetContainerOOMScoreAdjust(pod, spec, memory.Value())
-	mounts, err := w.setup.volumes.Mounts(spec, w.opts.Runtime.Isolated())
+	withSubPaths, err := withSubPathExprs(spec, env)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := w.setup.volumes.Mounts(withSubPaths, w.opts.Runtime.Isolated())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errConfig, err)
 	}
@@ -309,8 +313,12 @@ func (w *worker) env(ctx context.Context, pod *corev1.Pod, c *container, img *pu
 	if img != nil {
 		base = img.config.Config.Env
 	}
+	services, err := w.host.serviceEnv(pod, w.static)
+	if err != nil {
+		return nil, nil, err
+	}
 	return containerEnv(ctx, pod, &c.spec, envInputs{podIPs: w.setup.ips, hostIP: w.opts.NodeIP, base: base,
-		source: w.host.volumeSource(), allocatable: w.host.allocatable()})
+		source: w.host.volumeSource(), allocatable: w.host.allocatable(), services: services})
 }
 
 // maxHostnameLen is the longest host name Linux takes (HOST_NAME_MAX).

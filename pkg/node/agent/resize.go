@@ -189,10 +189,13 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	}
 	done := true
 	for _, c := range w.containers {
-		if c.init || c.ephemeral || c.phase != phaseRunning || c.run == nil || c.running == nil {
-			if c.phase == phaseKilling {
-				done = false // a restart for the resize is under way
-			}
+		if c.init || c.ephemeral || c.phase == phaseTerminated {
+			continue
+		}
+		if c.phase != phaseRunning || c.run == nil || c.running == nil {
+			// Stopping or starting (a restart for the resize among
+			// them): its next run has what was allocated.
+			done = false
 			continue
 		}
 		switch resizeAction(&c.spec, *c.running, c.spec.Resources) {

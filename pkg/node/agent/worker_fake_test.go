@@ -130,6 +130,7 @@ func (h *fakeHost) removePod(context.Context, *corev1.Pod) error {
 func (h *fakeHost) volumeSource() volume.Source                              { return nil }
 func (h *fakeHost) allocatable() corev1.ResourceList                         { return h.capacity }
 func (h *fakeHost) requested(types.UID) corev1.ResourceList                  { return corev1.ResourceList{} }
+func (h *fakeHost) serviceEnv(*corev1.Pod, bool) (map[string]string, error)  { return nil, nil }
 func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error          { return h.local.Put(dir, rec) }
 func (h *fakeHost) forgetLocal(uid types.UID)                                { h.local.Forget(uid) }
 func (h *fakeHost) images() *imageService                                    { return nil }
