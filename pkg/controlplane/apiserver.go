@@ -84,6 +84,11 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=" + s.ServiceCIDR,
+		// Webhooks and aggregated API servers are reached at their
+		// Service's endpoints (pod addresses), not its cluster IP: the API
+		// server's host needs no Service proxy for them, and one down
+		// does not take admission with it.
+		"--enable-aggregator-routing=true",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
