@@ -71,7 +71,7 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		}
 	}
 	if rt.Isolated() && w.setup.hostFiles == nil {
-		files, err := writeHostFiles(filepath.Join(w.podDir(pod), "etc"), pod, w.setup.ips[0])
+		files, err := writeHostFiles(filepath.Join(w.podDir(pod), "etc"), pod, w.setup.ips)
 		if err != nil {
 			return err
 		}
@@ -125,17 +125,13 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 
 // writeHostFiles writes the pod's /etc/hosts, /etc/hostname and a copy of
 // the host's /etc/resolv.conf, as the kubelet does.
-func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, error) {
+func writeHostFiles(dir string, pod *corev1.Pod, ips []string) ([]runtime.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var hosts strings.Builder
-	hosts.WriteString("# Kubernetes-managed hosts file (steadyplane).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	if !pod.Spec.HostNetwork {
-		fmt.Fprintf(&hosts, "%s\t%s\n", ip, podHostname(pod))
-	}
-	for _, h := range pod.Spec.HostAliases {
-		fmt.Fprintf(&hosts, "%s\t%s\n", h.IP, strings.Join(h.Hostnames, "\t"))
+	nodeHosts, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		nodeHosts = nil
 	}
 	resolv, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
@@ -145,7 +141,7 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 		name, dest string
 		data       []byte
 	}{
-		{"hosts", "/etc/hosts", []byte(hosts.String())},
+		{"hosts", "/etc/hosts", hostsFile(pod, ips, nodeHosts)},
 		{"hostname", "/etc/hostname", []byte(podHostname(pod) + "\n")},
 		{"resolv.conf", "/etc/resolv.conf", resolv},
 	}
@@ -156,10 +152,44 @@ func writeHostFiles(dir string, pod *corev1.Pod, ip string) ([]runtime.Mount, er
 			return nil, err
 		}
 		if _, err := os.Stat(f.dest); err == nil {
-			mounts = append(mounts, runtime.Mount{Source: p, Destination: f.dest, ReadOnly: true})
+			// The kubelet's /etc/hosts is writable.
+			mounts = append(mounts, runtime.Mount{Source: p, Destination: f.dest, ReadOnly: f.name != "hosts"})
 		}
 	}
 	return mounts, nil
+}
+
+// The kubelet's headers of the /etc/hosts it makes: clients (and the
+// conformance suite) tell a managed file by them.
+const (
+	managedHostsHeader                = "# Kubernetes-managed hosts file.\n"
+	managedHostsHeaderWithHostNetwork = "# Kubernetes-managed hosts file (host network).\n"
+)
+
+// hostsFile is the pod's /etc/hosts as the kubelet writes it: on the pod
+// network, localhost entries and the pod's addresses with its host name;
+// on the host's, the node's own file (nodeHosts); then the pod's
+// hostAliases.
+func hostsFile(pod *corev1.Pod, ips []string, nodeHosts []byte) []byte {
+	var b strings.Builder
+	if pod.Spec.HostNetwork {
+		b.WriteString(managedHostsHeaderWithHostNetwork)
+		b.Write(nodeHosts)
+	} else {
+		b.WriteString(managedHostsHeader)
+		b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+		b.WriteString("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
+		for _, ip := range ips {
+			fmt.Fprintf(&b, "%s\t%s\n", ip, podHostname(pod))
+		}
+	}
+	if len(pod.Spec.HostAliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, h := range pod.Spec.HostAliases {
+			fmt.Fprintf(&b, "%s\t%s\n", h.IP, strings.Join(h.Hostnames, "\t"))
+		}
+	}
+	return []byte(b.String())
 }
 
 // containerConfig returns run number run of container c as the runtime

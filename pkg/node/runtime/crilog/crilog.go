@@ -96,6 +96,8 @@ func Copy(f *File, name string, r io.Reader) {
 
 // Lines returns the content of the records in log, in order, partial
 // records joined to their line: what the container wrote, without times.
+// Output that ended without a newline (a last partial record, as a
+// container's "echo -n DONE" leaves it) is the last line.
 func Lines(log []byte) []string {
 	var lines []string
 	var partial []byte
@@ -109,6 +111,9 @@ func Lines(log []byte) []string {
 			lines = append(lines, string(partial))
 			partial = nil
 		}
+	}
+	if len(partial) > 0 {
+		lines = append(lines, string(partial))
 	}
 	return lines
 }

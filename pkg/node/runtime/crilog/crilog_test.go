@@ -62,3 +62,12 @@ func BenchmarkStream(b *testing.B) {
 		_, _ = s.Write(line)
 	}
 }
+
+// TestLinesTrailingPartial: what a container wrote last without a newline
+// (conmon records it as a partial record at its end) is a line of its own.
+func TestLinesTrailingPartial(t *testing.T) {
+	log := "2026-11-25T15:36:26.270204982+00:00 stdout F first\n2026-11-25T15:36:26.270204982+00:00 stdout P DO\n2026-11-25T15:36:26.270204983+00:00 stdout P NE\n"
+	if got := Lines([]byte(log)); strings.Join(got, "|") != "first|DONE" {
+		t.Errorf("lines %q, want first, DONE", got)
+	}
+}
