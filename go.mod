@@ -23,6 +23,7 @@ require (
 	go.etcd.io/etcd/server/v3 v3.6.8
 	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.47.0
+	google.golang.org/grpc v1.79.3
 	k8s.io/api v0.36.3
 	k8s.io/apiextensions-apiserver v0.0.0
 	k8s.io/apimachinery v0.36.3
@@ -161,7 +162,6 @@ require (
 	golang.org/x/tools v0.49.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260128011058-8636f8732409 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260128011058-8636f8732409 // indirect
-	google.golang.org/grpc v1.79.3 // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect

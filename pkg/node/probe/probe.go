@@ -19,6 +19,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	upstreamprobe "k8s.io/kubernetes/pkg/probe"
+	grpcprobe "k8s.io/kubernetes/pkg/probe/grpc"
 )
 
 // maxExecOutput is how much of an exec probe's output is kept, as the
@@ -148,7 +150,17 @@ func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container,
 		conn.Close()
 		return true, ""
 	case p.GRPC != nil:
-		return false, "gRPC probes are not supported by the steadyplane node agent"
+		// The kubelet's own gRPC prober: the standard health-checking
+		// protocol, without TLS, at the pod's address.
+		service := ""
+		if p.GRPC.Service != nil {
+			service = *p.GRPC.Service
+		}
+		result, msg, err := grpcprobe.New().Probe(host, service, int(p.GRPC.Port), timeout)
+		if err != nil {
+			return false, err.Error()
+		}
+		return result == upstreamprobe.Success || result == upstreamprobe.Warning, msg
 	}
 	return false, "probe has no handler"
 }

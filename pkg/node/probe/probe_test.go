@@ -84,7 +84,6 @@ func TestRun(t *testing.T) {
 		{"exec ok", corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, true, ""},
 		{"exec fails", corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo nope; exit 3"}}}, false, "exit status 3: nope"},
 		{"exec times out", corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "5"}}}, false, "timed out"},
-		{"grpc", corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 1}}, false, "not supported"},
 		{"none", corev1.ProbeHandler{}, false, "no handler"},
 	}
 	for _, tt := range tests {
