@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/steadyplane/steadyplane/internal/testimage"
+)
+
+// bashStatic is Debian's static bash (package bash-static).
+const bashStatic = "/bin/bash-static"
+
+// suiteImage is one image the conformance suite names, by its path under the
+// registry KUBE_TEST_REPO_LIST maps to the loopback registry.
+type suiteImage struct {
+	ref   string
+	image v1.Image
+}
+
+// suiteImages builds, offline, the images the sig-node, sig-apps and
+// api-machinery conformance tests run (test/utils/image/manifest.go at the
+// module's version): agnhost as its Dockerfile makes it, on Debian's
+// busybox-static instead of Alpine; busybox; nginx as busybox's httpd
+// serving port 80 (the tests only reach it over HTTP); pause as agnhost's
+// pause; kitten and nautilus as agnhost's test-webserver with their files;
+// nonewprivs with its setuid program; nonroot as busybox with USER 1234.
+func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
+	busybox, err := testimage.Busybox()
+	if err != nil {
+		return nil, err
+	}
+	agnhostBin, err := os.ReadFile(agnhost)
+	if err != nil {
+		return nil, err
+	}
+	nnpBin, err := os.ReadFile(nnp)
+	if err != nil {
+		return nil, err
+	}
+	on := func(base v1.Image, config v1.Config, files ...testimage.File) (v1.Image, error) {
+		img := base
+		if len(files) > 0 {
+			layer, err := testimage.Layer(files)
+			if err != nil {
+				return nil, err
+			}
+			if img, err = mutate.AppendLayers(base, layer); err != nil {
+				return nil, err
+			}
+		}
+		if config.Env == nil {
+			config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		}
+		return testimage.WithConfig(img, config)
+	}
+	// Debian's busybox 1.35 sh leaves variables whose names are no shell
+	// names (data-1, as envFrom makes them) out of what it runs; the
+	// suite's busybox 1.37 passes them on, as bash does: bash is the
+	// image's sh where Debian's bash-static is installed.
+	if sh, err := os.ReadFile(bashStatic); err == nil {
+		if busybox, err = on(busybox, v1.Config{Cmd: []string{"sh"}},
+			testimage.File{Name: "bin/sh", Mode: 0o755, Body: sh}); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Printf("%s is missing (apt-get install bash-static): the tests that print variables named like data-1 through sh will fail\n", bashStatic)
+	}
+	porter := filepath.Join(k8sSrc, "test/images/agnhost/porter")
+	crt, err := os.ReadFile(filepath.Join(porter, "localhost.crt"))
+	if err != nil {
+		return nil, err
+	}
+	key, err := os.ReadFile(filepath.Join(porter, "localhost.key"))
+	if err != nil {
+		return nil, err
+	}
+	// agnhost's image adds a user and a group that a supplemental-groups
+	// test expects, agnhost-2 for the entrypoint tests, and porter's
+	// certificate, which StatefulSet pods' readiness probes fetch.
+	agnhostImg, err := on(busybox, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}},
+		testimage.File{Name: "localhost.crt", Mode: 0o644, Body: crt},
+		testimage.File{Name: "localhost.key", Mode: 0o600, Body: key},
+		testimage.File{Name: "agnhost", Mode: 0o755, Body: agnhostBin},
+		testimage.File{Name: "agnhost-2", Link: "agnhost"},
+		testimage.File{Name: "uploads/", Mode: 0o755},
+		testimage.File{Name: "etc/passwd", Mode: 0o644, Body: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
+		testimage.File{Name: "etc/group", Mode: 0o644, Body: []byte("root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
+	)
+	if err != nil {
+		return nil, err
+	}
+	var webFiles []testimage.File
+	for _, f := range []string{"kitten.jpg", "data.json"} {
+		b, err := os.ReadFile(filepath.Join(k8sSrc, "test/images/kitten/html", f))
+		if err != nil {
+			return nil, err
+		}
+		webFiles = append(webFiles, testimage.File{Name: f, Mode: 0o644, Body: b})
+	}
+	webserver, err := on(agnhostImg, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, webFiles...)
+	if err != nil {
+		return nil, err
+	}
+	nginx, err := on(busybox, v1.Config{Cmd: []string{"httpd", "-f", "-v", "-p", "80", "-h", "/usr/share/nginx/html"}},
+		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/share/", Mode: 0o755},
+		testimage.File{Name: "usr/share/nginx/", Mode: 0o755}, testimage.File{Name: "usr/share/nginx/html/", Mode: 0o755},
+		testimage.File{Name: "usr/share/nginx/html/index.html", Mode: 0o644, Body: []byte("<title>Welcome to nginx!</title>\n")})
+	if err != nil {
+		return nil, err
+	}
+	pause, err := on(agnhostImg, v1.Config{Entrypoint: []string{"/agnhost", "pause"}})
+	if err != nil {
+		return nil, err
+	}
+	nonewprivs, err := on(busybox, v1.Config{Cmd: []string{"nnp"}},
+		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/local/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/nnp", Mode: 0o4755, Body: nnpBin})
+	if err != nil {
+		return nil, err
+	}
+	nonroot, err := on(busybox, v1.Config{Cmd: []string{"sh"}, User: "1234"})
+	if err != nil {
+		return nil, err
+	}
+	return []suiteImage{
+		{"e2e-test-images/agnhost:2.63.0", agnhostImg},
+		{"e2e-test-images/agnhost:2.55", agnhostImg},
+		{"e2e-test-images/busybox:1.37.0-1", busybox},
+		{"e2e-test-images/nginx:1.15-4", nginx},
+		{"e2e-test-images/nginx:1.27-0", nginx},
+		{"e2e-test-images/kitten:1.8", webserver},
+		{"e2e-test-images/nautilus:1.8", webserver},
+		{"e2e-test-images/nonewprivs:1.4", nonewprivs},
+		{"e2e-test-images/nonroot:1.5", nonroot},
+		{"pause:3.10.2", pause},
+		{"library/busybox:1.37", busybox},
+	}, nil
+}
+
+// serveImages starts a registry on 127.0.0.1 holding images, logging its
+// requests to requests, and returns its host:port and a function that
+// stops it.
+func serveImages(images []suiteImage, requests io.Writer) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(requests, "", log.LstdFlags)))}
+	go func() { _ = srv.Serve(l) }()
+	host := l.Addr().String()
+	for _, im := range images {
+		ref, err := name.ParseReference(host+"/"+im.ref, name.Insecure)
+		if err != nil {
+			srv.Close()
+			return "", nil, err
+		}
+		if err := remote.Write(ref, im.image); err != nil {
+			srv.Close()
+			return "", nil, fmt.Errorf("push %s: %w", ref, err)
+		}
+	}
+	return host, func() { _ = srv.Close() }, nil
+}
+
+// repoList is the KUBE_TEST_REPO_LIST file that sends every registry the
+// suite names to the loopback one; the invalid registry goes to port 1 on
+// loopback, where nothing listens, so that a pull meant to fail fails
+// without a lookup off the machine.
+func repoList(host string) string {
+	return fmt.Sprintf(`promoterE2eRegistry: %[1]s/e2e-test-images
+buildImageRegistry: %[1]s/build-image
+gcEtcdRegistry: %[1]s
+gcRegistry: %[1]s
+sigStorageRegistry: %[1]s/sig-storage
+privateRegistry: %[1]s/k8s-authenticated-test
+dockerLibraryRegistry: %[1]s/library
+cloudProviderGcpRegistry: %[1]s/cloud-provider-gcp
+invalidRegistry: 127.0.0.1:1/invalid
+`, host)
+}
