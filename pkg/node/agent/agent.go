@@ -115,8 +115,10 @@ type Agent struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 
-	mu        sync.Mutex
-	workers   map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
+	mu      sync.Mutex
+	workers map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
+	// rejected are the pods admission refused, so that each is refused once.
+	rejected  map[types.UID]bool
 	wg        sync.WaitGroup
 	podLister cache.Store
 	// mirrors is podLister with the mirror pods the agent itself wrote
@@ -148,11 +150,12 @@ var (
 	// imagesRemoved counts images removed by garbage collection.
 	imagesRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_images_removed_total", Help: "Unused images removed because the image store's filesystem was over 85% full."})
 	// pressureEvictions counts pods evicted to relieve node pressure.
-	pressureEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_pressure_evictions_total", Help: "Pods evicted because the node crossed a hard eviction threshold, by signal."}, []string{"signal"})
+	admissionRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_admission_rejections_total", Help: "Pods the node agent rejected on arrival (a host port held, too little room), by reason."}, []string{"reason"})
+	pressureEvictions   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_pressure_evictions_total", Help: "Pods evicted because the node crossed a hard eviction threshold, by signal."}, []string{"signal"})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 }
 
@@ -200,7 +203,7 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore()}
+	a := &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore(), rejected: map[types.UID]bool{}}
 	if o.Images != nil {
 		a.imgs = newImageService(&images.Puller{Store: o.Images, InsecureRegistries: o.InsecureRegistries, Registries: o.Registries,
 			Unpack: images.UnpackOptions{Rootless: os.Geteuid() != 0}})
@@ -243,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	services, servicesInformer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: patient.ListerWatcher(ctx, cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "services", metav1.NamespaceAll, fields.Everything()), patient.DefaultOptions),
 		ObjectType:    &corev1.Service{},
+		Handler:       cache.ResourceEventHandlerFuncs{}, // read when a container starts
 	})
 	a.services, a.servicesSynced = services, servicesInformer.HasSynced
 	a.mirrors = cache.NewIntegerResourceVersionMutationCache(klog.FromContext(ctx), indexer, nil, mirrorMutationTTL, true)
@@ -333,6 +337,17 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return // finished pods are not run again
 	}
+	// A pod a node agent has run already (this one before a restart) was
+	// admitted then; only new ones are checked, as the kubelet admits.
+	if pod.Status.Phase == corev1.PodPending && len(pod.Status.ContainerStatuses) == 0 {
+		if reason, message := admissionVerdict(pod, a.activePodsLocked(string(pod.UID)), a.allocatable()); reason != "" {
+			if !a.rejected[pod.UID] {
+				a.rejected[pod.UID] = true
+				a.reject(ctx, pod, reason, message)
+			}
+			return
+		}
+	}
 	a.startWorker(ctx, key, newWorker(a, a.opts, pod, false))
 }
 
@@ -380,6 +395,7 @@ func (a *Agent) podDeleted(obj any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	delete(a.rejected, pod.UID)
 	if w, ok := a.workers[podKey(pod)]; ok && w.pod.UID == pod.UID {
 		w.delete()
 	}
@@ -571,15 +587,7 @@ func (a *Agent) allocatable() corev1.ResourceList {
 // have not ended, with their spec's requests.
 func (a *Agent) requested(except types.UID) corev1.ResourceList {
 	a.mu.Lock()
-	var pods []*corev1.Pod
-	for _, w := range a.workers {
-		w.mu.Lock()
-		p, gone := w.pod, w.gone
-		w.mu.Unlock()
-		if p != nil && !gone && p.UID != except && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			pods = append(pods, p)
-		}
-	}
+	pods := a.activePodsLocked(string(except))
 	a.mu.Unlock()
 	return podsRequests(pods)
 }

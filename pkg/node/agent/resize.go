@@ -39,7 +39,7 @@ func resizeVerdict(requests, allocatable, othersRequested corev1.ResourceList) (
 			return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d", name, want, capacity)
 		}
 		if want+used > capacity {
-			return corev1.PodReasonDeferred, fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", name, want, used, capacity)
+			return corev1.PodReasonDeferred, insufficient(name, want, used, capacity)
 		}
 	}
 	return "", ""

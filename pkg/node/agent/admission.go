@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+)
+
+// ReasonNodePorts is the kubelet's reason for a pod rejected because a
+// pod on the node holds one of its host ports (its NodePorts predicate).
+const ReasonNodePorts = "NodePorts"
+
+// admissionVerdict decides, as the kubelet's admission (its general
+// predicates) does for a pod new to the node, whether pod may run beside
+// others on a node that offers allocatable: "" when it may; else the
+// reason of its rejection (NodePorts, OutOfpods, OutOfcpu, OutOfmemory)
+// and the message. The scheduler checks the same before it binds a pod;
+// this catches pods given a nodeName directly and pods that raced.
+func admissionVerdict(pod *corev1.Pod, others []*corev1.Pod, allocatable corev1.ResourceList) (reason, message string) {
+	if hostPortsConflict(pod, others) {
+		return ReasonNodePorts, "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+	}
+	if capacity := amount(allocatable, corev1.ResourcePods); capacity > 0 && int64(len(others))+1 > capacity {
+		return "OutOfpods", insufficient(corev1.ResourcePods, 1, int64(len(others)), capacity)
+	}
+	want, used := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), podsRequests(others)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		w, u, capacity := amount(want, name), amount(used, name), amount(allocatable, name)
+		if w > 0 && capacity > 0 && w+u > capacity {
+			return "OutOf" + string(name), insufficient(name, w, u, capacity)
+		}
+	}
+	return "", ""
+}
+
+// insufficient is the kubelet's message for a resource a pod does not
+// fit in (its InsufficientResourceError).
+func insufficient(name corev1.ResourceName, requested, used, capacity int64) string {
+	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", name, requested, used, capacity)
+}
+
+// hostPort is one port a pod holds on the node.
+type hostPort struct {
+	ip       string // "" for every address
+	protocol corev1.Protocol
+	port     int32
+}
+
+func hostPortsOf(pod *corev1.Pod) []hostPort {
+	var out []hostPort
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, p := range c.Ports {
+			if p.HostPort <= 0 {
+				continue
+			}
+			ip := p.HostIP
+			if ip == "0.0.0.0" || ip == "::" {
+				ip = ""
+			}
+			proto := p.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			out = append(out, hostPort{ip: ip, protocol: proto, port: p.HostPort})
+		}
+	}
+	return out
+}
+
+// hostPortsConflict reports whether a host port of pod is held by one of
+// others: the same protocol and port on the same address, or on every
+// address on either side.
+func hostPortsConflict(pod *corev1.Pod, others []*corev1.Pod) bool {
+	wanted := hostPortsOf(pod)
+	if len(wanted) == 0 {
+		return false
+	}
+	for _, o := range others {
+		for _, held := range hostPortsOf(o) {
+			for _, w := range wanted {
+				if w.port == held.port && w.protocol == held.protocol && (w.ip == "" || held.ip == "" || w.ip == held.ip) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// activePodsLocked are the pods of every worker but the one of UID except
+// that have not finished. Called with a.mu held.
+func (a *Agent) activePodsLocked(except string) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, w := range a.workers {
+		w.mu.Lock()
+		p, gone := w.pod, w.gone
+		w.mu.Unlock()
+		if p != nil && !gone && string(p.UID) != except && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}
+
+// reject fails pod without running it, as the kubelet's rejectPod: Failed
+// with the reason and "Pod was rejected: " and the message, an event and a
+// metric. Called with a.mu held; the status is written in the background.
+func (a *Agent) reject(ctx context.Context, pod *corev1.Pod, reason, message string) {
+	a.event(pod, corev1.EventTypeWarning, reason, "%s", message)
+	admissionRejections.WithLabelValues(reason).Inc()
+	status := corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: "Pod was rejected: " + message, QOSClass: v1qos.GetPodQOS(pod)}
+	go func() {
+		if _, _, err := a.patchStatus(ctx, pod, status, false); err != nil {
+			klog.ErrorS(err, "Writing a rejected pod's status", "pod", klog.KObj(pod))
+		}
+	}()
+}
