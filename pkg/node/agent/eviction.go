@@ -86,10 +86,30 @@ func (w *worker) storageUsage(pod *corev1.Pod) storageUsage {
 // Failed with reason Evicted, a DisruptionTarget condition and an event.
 // Its volumes and sandbox go, freeing the disk it overused.
 func (w *worker) evict(ctx context.Context, pod *corev1.Pod, msg string) {
-	klog.InfoS("Evicting a pod", "pod", klog.KObj(pod), "reason", msg)
-	w.evicted = msg
-	w.host.event(pod, corev1.EventTypeWarning, ReasonEvicted, "%s", msg)
-	w.stopAll(pod, 0)
+	w.end(ctx, pod, ReasonEvicted, corev1.EventTypeWarning, msg, 0)
+}
+
+// The kubelet's reason and message for a pod past its activeDeadlineSeconds.
+const (
+	ReasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// pastActiveDeadline reports whether pod, started on the node at start,
+// has run for its activeDeadlineSeconds at now.
+func pastActiveDeadline(pod *corev1.Pod, start, now time.Time) bool {
+	d := pod.Spec.ActiveDeadlineSeconds
+	return d != nil && !start.IsZero() && now.Sub(start) >= time.Duration(*d)*time.Second
+}
+
+// end stops pod's containers for good (with grace) and records why: the
+// pod is Failed with reason and msg, and an event says so. Nothing of it
+// runs or is set up again; its volumes and sandbox go.
+func (w *worker) end(ctx context.Context, pod *corev1.Pod, reason, eventType, msg string, grace time.Duration) {
+	klog.InfoS("Ending a pod for good", "pod", klog.KObj(pod), "reason", reason, "message", msg)
+	w.evicted, w.endReason = msg, reason
+	w.host.event(pod, eventType, reason, "%s", msg)
+	w.stopAll(pod, grace)
 	w.write(ctx, pod)
 	w.recordLocal(pod)
 	w.teardownPod(ctx, pod)

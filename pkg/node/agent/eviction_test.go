@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 )
 
 // TestStorageViolation: the kubelet's local storage evictions, with its
@@ -33,5 +36,51 @@ func TestStorageViolation(t *testing.T) {
 		if got := storageViolation(pod, tc.usage); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestPastActiveDeadline(t *testing.T) {
+	start := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	pod := func(d *int64) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{ActiveDeadlineSeconds: d}} }
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		start time.Time
+		after time.Duration
+		want  bool
+	}{
+		{"no deadline", pod(nil), start, time.Hour, false},
+		{"before it", pod(ptr.To[int64](5)), start, 4 * time.Second, false},
+		{"at it", pod(ptr.To[int64](5)), start, 5 * time.Second, true},
+		{"not started", pod(ptr.To[int64](5)), time.Time{}, time.Hour, false},
+	} {
+		if got := pastActiveDeadline(tc.pod, tc.start, start.Add(tc.after)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestWorkerActiveDeadline: a pod past its activeDeadlineSeconds is
+// stopped for good, Failed with the kubelet's reason and message.
+func TestWorkerActiveDeadline(t *testing.T) {
+	pod := fakePod(corev1.RestartPolicyAlways)
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
+	h := newFakeHost()
+	rt := &fakeRuntime{}
+	w := newFakeWorker(h, rt, t.TempDir(), pod, false)
+	ctx, now := context.Background(), time.Now()
+	w.sync(ctx, pod, now)
+	if rt.last() == nil {
+		t.Fatal("nothing started")
+	}
+	w.sync(ctx, pod, now.Add(6*time.Second))
+	st := w.status(pod)
+	if st.Phase != corev1.PodFailed || st.Reason != ReasonDeadlineExceeded || st.Message != messageDeadlineExceeded {
+		t.Errorf("status %s %s %q, want Failed DeadlineExceeded", st.Phase, st.Reason, st.Message)
+	}
+	select {
+	case <-rt.last().Done():
+	default:
+		t.Error("the container still runs past the deadline")
 	}
 }

@@ -72,6 +72,9 @@ type worker struct {
 	// evicted is why the node evicted the pod ("" while it was not): its
 	// containers are stopped for good and it is Failed, Evicted.
 	evicted string
+	// endReason is the reason of that end: Evicted, or DeadlineExceeded
+	// for a pod past its activeDeadlineSeconds.
+	endReason string
 	// evictRequest, under mu, is why the eviction manager asks for the
 	// pod's eviction ("" for no request); the worker evicts at its next turn.
 	evictRequest string
@@ -347,6 +350,14 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 		w.podNotReady(ctx, pod, err, now)
 		w.write(ctx, pod)
 		w.recordLocal(pod)
+		return
+	}
+	start := w.startTime.Time
+	if pod.Status.StartTime != nil {
+		start = pod.Status.StartTime.Time // what the API shows
+	}
+	if pastActiveDeadline(pod, start, now) {
+		w.end(ctx, pod, ReasonDeadlineExceeded, corev1.EventTypeNormal, messageDeadlineExceeded, gracePeriod(pod))
 		return
 	}
 	w.setupErr = ""

@@ -194,8 +194,8 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	s.Conditions = append(owned, conditions...)
 	s.Message, s.Reason = "", ""
 	if w.evicted != "" {
-		s.Phase, s.Reason, s.Message = corev1.PodFailed, ReasonEvicted, w.evicted
-		if !slices.ContainsFunc(s.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget }) {
+		s.Phase, s.Reason, s.Message = corev1.PodFailed, w.endReason, w.evicted
+		if w.endReason == ReasonEvicted && !slices.ContainsFunc(s.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget }) {
 			s.Conditions = append(s.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 				Reason: "TerminationByKubelet", Message: w.evicted, LastTransitionTime: metav1.Now()})
 		}
