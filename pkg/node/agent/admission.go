@@ -50,9 +50,18 @@ type hostPort struct {
 	port     int32
 }
 
+// hostPortsOf are the host ports pod holds while it runs: those of its
+// containers and sidecars (an init container that ends holds none), as the
+// scheduler's NodePorts counts them.
 func hostPortsOf(pod *corev1.Pod) []hostPort {
 	var out []hostPort
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	containers := append([]corev1.Container{}, pod.Spec.Containers...)
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			containers = append(containers, c)
+		}
+	}
+	for _, c := range containers {
 		for _, p := range c.Ports {
 			if p.HostPort <= 0 {
 				continue
@@ -92,14 +101,18 @@ func hostPortsConflict(pod *corev1.Pod, others []*corev1.Pod) bool {
 }
 
 // activePodsLocked are the pods of every worker but the one of UID except
-// that have not finished. Called with a.mu held.
+// that have not finished, with the resources allocated to them. Called
+// with a.mu held.
 func (a *Agent) activePodsLocked(except string) []*corev1.Pod {
 	var pods []*corev1.Pod
 	for _, w := range a.workers {
 		w.mu.Lock()
-		p, gone := w.pod, w.gone
+		p, allocated, gone := w.pod, w.allocated, w.gone
 		w.mu.Unlock()
 		if p != nil && !gone && string(p.UID) != except && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			if allocated != nil {
+				p = allocated // a resize not allocated does not count
+			}
 			pods = append(pods, p)
 		}
 	}

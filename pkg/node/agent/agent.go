@@ -303,6 +303,11 @@ func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache
 	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
 	go leases.Run(ctx)
 	go servicesInformer.RunWithContext(ctx)
+	// The containers of API pods get the Services' variables: the pods
+	// are listed once the Services have been (a few objects, one request).
+	if !cache.WaitForCacheSync(ctx.Done(), servicesInformer.HasSynced) {
+		return
+	}
 	go informer.RunWithContext(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		a.wakeStatic() // the mirror pods can be written now

@@ -84,3 +84,21 @@ func TestWorkerActiveDeadline(t *testing.T) {
 		t.Error("the container still runs past the deadline")
 	}
 }
+
+// TestActiveDeadlineAfterTheEnd: a pod that completed before its deadline
+// stays Succeeded when the deadline passes.
+func TestActiveDeadlineAfterTheEnd(t *testing.T) {
+	pod := fakePod(corev1.RestartPolicyNever)
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
+	h := newFakeHost()
+	rt := &fakeRuntime{}
+	w := newFakeWorker(h, rt, t.TempDir(), pod, false)
+	ctx, now := context.Background(), time.Now()
+	w.sync(ctx, pod, now)
+	rt.exit(t, 0)
+	w.sync(ctx, pod, now.Add(time.Second))
+	w.sync(ctx, pod, now.Add(time.Minute))
+	if st := w.status(pod); st.Phase != corev1.PodSucceeded || st.Reason != "" {
+		t.Errorf("a pod that completed in time: %s %s, want Succeeded", st.Phase, st.Reason)
+	}
+}

@@ -197,6 +197,9 @@ type lifecycle struct {
 	// livenessKills counts the runs stopped for a failed liveness probe
 	// (kept in the local record too).
 	livenessKills int32
+	// resizeRestart: the run was stopped for an in-place resize; it runs
+	// again at once, whatever the restart policy and the backoff.
+	resizeRestart bool
 	// backoff is the crash-loop backoff of the next restart but one.
 	backoff time.Duration
 	// notBefore: no start before this (crash-loop backoff, or the retry of
@@ -329,7 +332,7 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		if s.phase != phaseRunning || s.ephemeral {
 			return s, nil
 		}
-		s.phase = phaseKilling
+		s.phase, s.resizeRestart = phaseKilling, true
 		return s, []action{
 			recordEvent(corev1.EventTypeNormal, "Killing", "Container %s resize requires restart", s.name),
 			{kind: actStopProbes},
@@ -383,6 +386,13 @@ func exited(s lifecycle, term *corev1.ContainerStateTerminated, pod *corev1.Pod,
 		acts = append(acts, recordEvent(corev1.EventTypeWarning, ReasonOOMKilled, "Container %s was killed for exceeding its memory limit", s.name))
 	}
 	acts = append(acts, action{kind: actStopProbes})
+	if s.resizeRestart {
+		s.resizeRestart = false
+		s.last, s.done, s.waiting = term, nil, nil
+		s.restarts++
+		s.phase, s.notBefore = phaseWaiting, now
+		return s, acts
+	}
 	if s.ephemeral || s.init && term.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), term.ExitCode) {
 		s.phase = phaseTerminated
 		s.done, s.waiting, s.last = term, nil, nil

@@ -162,7 +162,9 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	if changed {
 		reason, message := resizeVerdict(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), w.host.allocatable(), w.host.requested(pod.UID))
 		if reason != "" {
-			if w.resizing.pending != reason || w.resizing.pendingMessage != message || w.resizing.generation != pod.Generation {
+			// Once per reason and generation, as the kubelet (the message's
+			// "used" changes as other pods come and go).
+			if w.resizing.pending != reason || w.resizing.generation != pod.Generation {
 				ev := ReasonResizeDeferred
 				if reason == corev1.PodReasonInfeasible {
 					ev = ReasonResizeInfeasible
@@ -177,6 +179,17 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 					c.spec.ResizePolicy = d.ResizePolicy
 				}
 			}
+			allocated := pod.DeepCopy()
+			for i := range allocated.Spec.Containers {
+				for _, c := range w.containers {
+					if c.spec.Name == allocated.Spec.Containers[i].Name && !c.init && !c.ephemeral {
+						allocated.Spec.Containers[i].Resources = *c.spec.Resources.DeepCopy()
+					}
+				}
+			}
+			w.mu.Lock()
+			w.allocated = allocated
+			w.mu.Unlock()
 			w.resizing = resizeState{inProgress: true, generation: pod.Generation}
 			w.host.event(pod, corev1.EventTypeNormal, ReasonResizeStarted, "Pod resize started: %s", resizeSummary(pod, ""))
 			klog.InfoS("Pod resize started", "pod", klog.KObj(pod), "generation", pod.Generation)
@@ -193,9 +206,12 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			continue
 		}
 		if c.phase != phaseRunning || c.run == nil || c.running == nil {
-			// Stopping or starting (a restart for the resize among
-			// them): its next run has what was allocated.
-			done = false
+			// Its next run has what was allocated; only a restart for the
+			// resize under way keeps it in progress (a container that
+			// crash-loops does not hold the resize, as with the kubelet).
+			if c.phase == phaseKilling || c.resizeRestart {
+				done = false
+			}
 			continue
 		}
 		switch resizeAction(&c.spec, *c.running, c.spec.Resources) {
@@ -211,7 +227,11 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 				c.running = c.spec.Resources.DeepCopy()
 				continue
 			}
-			if err := r.Resize(ctx, runtimeResources(c.spec.Resources)); err != nil {
+			err := memoryLimitAboveUse(c.run, runtimeResources(c.spec.Resources).MemoryLimit)
+			if err == nil {
+				err = r.Resize(ctx, runtimeResources(c.spec.Resources))
+			}
+			if err != nil {
 				done = false
 				msg := fmt.Sprintf("container %s: %v", c.spec.Name, err)
 				if w.resizing.err != msg {
@@ -231,6 +251,20 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 		w.host.event(pod, corev1.EventTypeNormal, ReasonResizeCompleted, "Pod resize completed: %s", resizeSummary(pod, ""))
 		klog.InfoS("Pod resize completed", "pod", klog.KObj(pod), "generation", pod.Generation)
 	}
+}
+
+// memoryLimitAboveUse refuses a memory limit below what run uses now, as
+// the kubelet does: the kernel would reclaim and then OOM-kill rather
+// than refuse it.
+func memoryLimitAboveUse(run runtime.Container, limit int64) error {
+	m, ok := run.(runtime.Measured)
+	if limit <= 0 || !ok {
+		return nil
+	}
+	if u, ok := m.Usage(); ok && u.MemoryWorkingSet > limit {
+		return fmt.Errorf("attempting to set the memory limit (%d) below the container's memory use (%d)", limit, u.MemoryWorkingSet)
+	}
+	return nil
 }
 
 // resizeSummary is the resources of pod's containers as the kubelet's

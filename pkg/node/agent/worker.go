@@ -80,6 +80,10 @@ type worker struct {
 	evictRequest string
 	// resizing is the in-place resize of the pod under way or waiting.
 	resizing resizeState
+	// allocated, under mu, is the pod with the resources allocated to its
+	// containers once a resize changed them (nil before): what others
+	// count of it while a later resize waits.
+	allocated *corev1.Pod
 	// storageAt is when the pod's local storage was last measured.
 	storageAt time.Time
 	// local is the status last kept in the node's own record.
@@ -356,7 +360,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	if pod.Status.StartTime != nil {
 		start = pod.Status.StartTime.Time // what the API shows
 	}
-	if pastActiveDeadline(pod, start, now) {
+	if !w.allEnded() && pastActiveDeadline(pod, start, now) {
 		w.end(ctx, pod, ReasonDeadlineExceeded, corev1.EventTypeNormal, messageDeadlineExceeded, gracePeriod(pod))
 		return
 	}
@@ -391,6 +395,22 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 	}
 	w.write(ctx, pod)
 	w.recordLocal(pod)
+}
+
+// allEnded reports whether every regular container of the pod ended for
+// good: the pod Succeeded or Failed, and its deadline no longer applies.
+func (w *worker) allEnded() bool {
+	regular := 0
+	for _, c := range w.containers {
+		if c.init || c.ephemeral {
+			continue
+		}
+		regular++
+		if c.phase != phaseTerminated {
+			return false
+		}
+	}
+	return regular > 0
 }
 
 // podNotReady records why the pod's sandbox, network or volumes could not
