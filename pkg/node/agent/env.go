@@ -45,7 +45,8 @@ type envInputs struct {
 // containerEnv returns the environment of container c of pod, as the
 // kubelet makes it: in.base (its image's; a default PATH when it sets none)
 // and HOSTNAME, then the container's envFrom sources in order (each key
-// with its prefix; keys that are no variable name are left out), then its
+// with its prefix; keys that are no variable name, even a relaxed one, are
+// left out), then its
 // env in order, each value with $(VAR) references to the variables before
 // it expanded ($$ escapes), or from a ConfigMap or Secret key, a field of
 // the pod or a resource of a container. It also returns the expansion by
@@ -76,7 +77,9 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 		slices.Sort(keys)
 		for _, k := range keys {
 			name := from.Prefix + k
-			if errs := validation.IsEnvVarName(name); len(errs) > 0 {
+			// Any printable name but with "=", as Kubernetes takes them
+			// since relaxed variable names (1-data-1 is one).
+			if errs := validation.IsRelaxedEnvVarName(name); len(errs) > 0 {
 				klog.InfoS("Leaving out an envFrom key that is no variable name", "pod", klog.KObj(pod), "container", c.Name, "key", name)
 				continue
 			}

@@ -183,3 +183,24 @@ func TestServiceEnv(t *testing.T) {
 		t.Error("a service variable overrode the container's own")
 	}
 }
+
+// TestEnvFromRelaxedNames: envFrom keys become variables under any
+// printable name, as Kubernetes has taken them since relaxed variable
+// names (the conformance suite's "various prefixes" tests).
+func TestEnvFromRelaxedNames(t *testing.T) {
+	src := fakeSource{configMaps: map[string]map[string]string{"cm": {"data-1": "value-1"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	c := &corev1.Container{EnvFrom: []corev1.EnvFromSource{
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}},
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm"}}, Prefix: "1-"},
+	}}
+	env, _, err := containerEnv(context.Background(), pod, c, envInputs{source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"data-1=value-1", "1-data-1=value-1"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("env %q lacks %s", env, want)
+		}
+	}
+}
