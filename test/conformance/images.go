@@ -18,9 +18,6 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testimage"
 )
 
-// bashStatic is Debian's static bash (package bash-static).
-const bashStatic = "/bin/bash-static"
-
 // suiteImage is one image the conformance suite names, by its path under the
 // registry KUBE_TEST_REPO_LIST maps to the loopback registry.
 type suiteImage struct {
@@ -63,18 +60,6 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 			config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		}
 		return testimage.WithConfig(img, config)
-	}
-	// Debian's busybox 1.35 sh leaves variables whose names are no shell
-	// names (data-1, as envFrom makes them) out of what it runs; the
-	// suite's busybox 1.37 passes them on, as bash does: bash is the
-	// image's sh where Debian's bash-static is installed.
-	if sh, err := os.ReadFile(bashStatic); err == nil {
-		if busybox, err = on(busybox, v1.Config{Cmd: []string{"sh"}},
-			testimage.File{Name: "bin/sh", Mode: 0o755, Body: sh}); err != nil {
-			return nil, err
-		}
-	} else {
-		fmt.Printf("%s is missing (apt-get install bash-static): the tests that print variables named like data-1 through sh will fail\n", bashStatic)
 	}
 	porter := filepath.Join(k8sSrc, "test/images/agnhost/porter")
 	crt, err := os.ReadFile(filepath.Join(porter, "localhost.crt"))

@@ -13,8 +13,11 @@
 //	go run ./test/conformance -focus '\[sig-node\].*Pods should be submitted and removed'
 //	go run ./test/conformance -rerun-failed         # what failed last time
 //
-// The images are made of Debian's busybox-static and, for the image's sh,
-// bash-static (apt-get install busybox-static bash-static).
+// The images are made of Debian's busybox-static (apt-get install
+// busybox-static): its sh (1.35) leaves variables whose names are no shell
+// names (data-1, as envFrom makes them) out of what it runs, where the
+// suite's busybox 1.37 passes them on; the tests that print them through
+// sh fail for that.
 //
 // Traffic to the service range is dropped (OUTPUT and FORWARD) while it runs:
 // until Services route, a packet to a cluster IP would otherwise leave the
