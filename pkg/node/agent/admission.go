@@ -27,12 +27,8 @@ func admissionVerdict(pod *corev1.Pod, others []*corev1.Pod, allocatable corev1.
 	if capacity := amount(allocatable, corev1.ResourcePods); capacity > 0 && int64(len(others))+1 > capacity {
 		return "OutOfpods", insufficient(corev1.ResourcePods, 1, int64(len(others)), capacity)
 	}
-	want, used := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), podsRequests(others)
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		w, u, capacity := amount(want, name), amount(used, name), amount(allocatable, name)
-		if w > 0 && capacity > 0 && w+u > capacity {
-			return "OutOf" + string(name), insufficient(name, w, u, capacity)
-		}
+	if name, message := overcommitted(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), podsRequests(others), allocatable); message != "" {
+		return "OutOf" + string(name), message
 	}
 	return "", ""
 }
@@ -110,10 +106,7 @@ func (a *Agent) activePodsLocked(except string) []*corev1.Pod {
 		p, allocated, gone := w.pod, w.allocated, w.gone
 		w.mu.Unlock()
 		if p != nil && !gone && string(p.UID) != except && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			if allocated != nil {
-				p = allocated // a resize not allocated does not count
-			}
-			pods = append(pods, p)
+			pods = append(pods, allocated)
 		}
 	}
 	return pods

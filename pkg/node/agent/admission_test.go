@@ -47,3 +47,19 @@ func TestAdmissionVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestActivePodsCountAllocated: a pod counts for others with the resources
+// allocated to it, not with a resize of it that still waits.
+func TestActivePodsCountAllocated(t *testing.T) {
+	admitted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Name: "c", Resources: corev1.ResourceRequirements{Requests: resources("cpu", "1")}}}}}
+	waiting := admitted.DeepCopy()
+	waiting.Spec.Containers[0].Resources.Requests = resources("cpu", "3")
+	a := &Agent{workers: map[string]*worker{"ns/p": {pod: waiting, allocated: admitted}}}
+	if got := podsRequests(a.activePodsLocked("other")); got.Cpu().String() != "1" {
+		t.Errorf("others count cpu %s of a pod allocated 1 with a resize to 3 waiting, want 1", got.Cpu())
+	}
+	if got := a.activePodsLocked("uid-p"); len(got) != 0 {
+		t.Errorf("the pod itself counted: %d pods", len(got))
+	}
+}

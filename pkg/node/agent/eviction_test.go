@@ -60,14 +60,18 @@ func TestPastActiveDeadline(t *testing.T) {
 	}
 }
 
+// deadlineWorker is a fake worker of a pod with a 5 s activeDeadlineSeconds.
+func deadlineWorker(t *testing.T, policy corev1.RestartPolicy) (*corev1.Pod, *fakeRuntime, *worker) {
+	pod := fakePod(policy)
+	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
+	rt := &fakeRuntime{}
+	return pod, rt, newFakeWorker(newFakeHost(), rt, t.TempDir(), pod, false)
+}
+
 // TestWorkerActiveDeadline: a pod past its activeDeadlineSeconds is
 // stopped for good, Failed with the kubelet's reason and message.
 func TestWorkerActiveDeadline(t *testing.T) {
-	pod := fakePod(corev1.RestartPolicyAlways)
-	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
-	h := newFakeHost()
-	rt := &fakeRuntime{}
-	w := newFakeWorker(h, rt, t.TempDir(), pod, false)
+	pod, rt, w := deadlineWorker(t, corev1.RestartPolicyAlways)
 	ctx, now := context.Background(), time.Now()
 	w.sync(ctx, pod, now)
 	if rt.last() == nil {
@@ -88,11 +92,7 @@ func TestWorkerActiveDeadline(t *testing.T) {
 // TestActiveDeadlineAfterTheEnd: a pod that completed before its deadline
 // stays Succeeded when the deadline passes.
 func TestActiveDeadlineAfterTheEnd(t *testing.T) {
-	pod := fakePod(corev1.RestartPolicyNever)
-	pod.Spec.ActiveDeadlineSeconds = ptr.To[int64](5)
-	h := newFakeHost()
-	rt := &fakeRuntime{}
-	w := newFakeWorker(h, rt, t.TempDir(), pod, false)
+	pod, rt, w := deadlineWorker(t, corev1.RestartPolicyNever)
 	ctx, now := context.Background(), time.Now()
 	w.sync(ctx, pod, now)
 	rt.exit(t, 0)

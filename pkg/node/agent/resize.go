@@ -31,15 +31,28 @@ const (
 // they end).
 func resizeVerdict(requests, allocatable, othersRequested corev1.ResourceList) (reason, message string) {
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		want, capacity, used := amount(requests, name), amount(allocatable, name), amount(othersRequested, name)
+		want, capacity := amount(requests, name), amount(allocatable, name)
 		if want == 0 || capacity == 0 {
 			continue
 		}
 		if want > capacity {
 			return corev1.PodReasonInfeasible, fmt.Sprintf("Node didn't have enough capacity: %s, requested: %d, capacity: %d", name, want, capacity)
 		}
-		if want+used > capacity {
-			return corev1.PodReasonDeferred, insufficient(name, want, used, capacity)
+	}
+	if _, message := overcommitted(requests, othersRequested, allocatable); message != "" {
+		return corev1.PodReasonDeferred, message
+	}
+	return "", ""
+}
+
+// overcommitted is the first of cpu and memory of which requests and used
+// together ask more than allocatable, with the kubelet's message; "" when
+// both fit. Admission and resize decide by it.
+func overcommitted(requests, used, allocatable corev1.ResourceList) (corev1.ResourceName, string) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		w, u, capacity := amount(requests, name), amount(used, name), amount(allocatable, name)
+		if w > 0 && capacity > 0 && w+u > capacity {
+			return name, insufficient(name, w, u, capacity)
 		}
 	}
 	return "", ""
@@ -179,16 +192,9 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 					c.spec.ResizePolicy = d.ResizePolicy
 				}
 			}
-			allocated := pod.DeepCopy()
-			for i := range allocated.Spec.Containers {
-				for _, c := range w.containers {
-					if c.spec.Name == allocated.Spec.Containers[i].Name && !c.init && !c.ephemeral {
-						allocated.Spec.Containers[i].Resources = *c.spec.Resources.DeepCopy()
-					}
-				}
-			}
+			// Every regular container now has the pod's resources.
 			w.mu.Lock()
-			w.allocated = allocated
+			w.allocated = pod
 			w.mu.Unlock()
 			w.resizing = resizeState{inProgress: true, generation: pod.Generation}
 			w.host.event(pod, corev1.EventTypeNormal, ReasonResizeStarted, "Pod resize started: %s", resizeSummary(pod, ""))
@@ -227,9 +233,10 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 				c.running = c.spec.Resources.DeepCopy()
 				continue
 			}
-			err := memoryLimitAboveUse(c.run, runtimeResources(c.spec.Resources).MemoryLimit)
+			want := runtimeResources(c.spec.Resources)
+			err := memoryLimitAboveUse(c.run, want.MemoryLimit)
 			if err == nil {
-				err = r.Resize(ctx, runtimeResources(c.spec.Resources))
+				err = r.Resize(ctx, want)
 			}
 			if err != nil {
 				done = false
@@ -242,7 +249,7 @@ func (w *worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			}
 			c.running = c.spec.Resources.DeepCopy()
 			if c.runSpec != nil {
-				c.runSpec.Resources = runtimeResources(c.spec.Resources)
+				c.runSpec.Resources = want
 			}
 		}
 	}

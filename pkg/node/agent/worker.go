@@ -80,9 +80,10 @@ type worker struct {
 	evictRequest string
 	// resizing is the in-place resize of the pod under way or waiting.
 	resizing resizeState
-	// allocated, under mu, is the pod with the resources allocated to its
-	// containers once a resize changed them (nil before): what others
-	// count of it while a later resize waits.
+	// allocated, under mu, is the version of the pod whose resources its
+	// containers were given (at admission, then by each resize allocated):
+	// what other pods' admission and resizes count of it, so that a
+	// resize still waiting counts for nothing.
 	allocated *corev1.Pod
 	// storageAt is when the pod's local storage was last measured.
 	storageAt time.Time
@@ -112,7 +113,7 @@ const statusWriteTimeout = 10 * time.Second
 
 // newWorker returns the worker of pod on host h, with the agent's options o.
 func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
-	w := &worker{host: h, opts: o, key: podKey(pod), wake: make(chan struct{}, 1), pod: pod, static: static, startTime: metav1.Now()}
+	w := &worker{host: h, opts: o, key: podKey(pod), wake: make(chan struct{}, 1), pod: pod, allocated: pod, static: static, startTime: metav1.Now()}
 	w.write = w.writeStatus
 	w.writes, w.stopWrites = context.WithCancel(context.Background())
 	w.finished = make(chan struct{})
