@@ -151,11 +151,12 @@ var (
 	imagesRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_images_removed_total", Help: "Unused images removed because the image store's filesystem was over 85% full."})
 	// pressureEvictions counts pods evicted to relieve node pressure.
 	admissionRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_admission_rejections_total", Help: "Pods the node agent rejected on arrival (a host port held, too little room), by reason."}, []string{"reason"})
+	hookFailures        = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_lifecycle_hook_failures_total", Help: "Container lifecycle hooks that failed, by hook (postStart, preStop)."}, []string{"hook"})
 	pressureEvictions   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_pressure_evictions_total", Help: "Pods evicted because the node crossed a hard eviction threshold, by signal."}, []string{"signal"})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, hookFailures, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 }
 

@@ -32,19 +32,6 @@ func RestartDelay(backoff, ranFor time.Duration) (delay, next time.Duration) {
 	return backoff, next
 }
 
-// ShouldRestart decides whether a container that exited with code is started
-// again under the pod's restart policy.
-func ShouldRestart(policy string, exitCode int32) bool {
-	switch policy {
-	case "Never":
-		return false
-	case "OnFailure":
-		return exitCode != 0
-	default: // Always, and the API's default
-		return true
-	}
-}
-
 // retryUntilDone calls attempt until it reports done or ctx ends, waiting
 // b's delays in between; once the delays reach b.Cap they stay there. Unlike
 // wait.ExponentialBackoff, which stops at the cap, it never gives up: the

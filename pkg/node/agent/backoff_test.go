@@ -31,23 +31,6 @@ func TestRestartDelay(t *testing.T) {
 	}
 }
 
-func TestShouldRestart(t *testing.T) {
-	tests := []struct {
-		policy string
-		code   int32
-		want   bool
-	}{
-		{"Always", 0, true}, {"Always", 1, true}, {"", 0, true},
-		{"OnFailure", 0, false}, {"OnFailure", 2, true},
-		{"Never", 0, false}, {"Never", 1, false},
-	}
-	for _, tt := range tests {
-		if got := ShouldRestart(tt.policy, tt.code); got != tt.want {
-			t.Errorf("ShouldRestart(%q, %d) = %v", tt.policy, tt.code, got)
-		}
-	}
-}
-
 // TestRetryUntilDoneOutlastsTheCap checks that retries go on at the cap,
 // where wait.ExponentialBackoff gives up (the agent once took "no API server
 // for 31s" as registered), and that a cancelled context ends them.

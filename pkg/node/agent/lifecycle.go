@@ -3,9 +3,11 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
 // phase is where a container is in its lifecycle, as the agent runs it.
@@ -189,6 +191,9 @@ type lifecycle struct {
 	name      string
 	init      bool
 	ephemeral bool
+	// sidecar: an init container with restartPolicy Always, which runs
+	// beside the regular containers, with probes, and is always restarted.
+	sidecar bool
 
 	restarts int32
 	// startAttempts counts every attempt to start the container, failed
@@ -258,7 +263,7 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		// as its end is overtaken.
 		s.phase = phaseRunning
 		acts := []action{recordEvent(corev1.EventTypeNormal, "Adopted", "Container %s (%s) left running by a previous node agent goes on", s.name, ev.id)}
-		if !s.init {
+		if s.probed() {
 			acts = append(acts, action{kind: actStartProbes})
 		}
 		return s, acts
@@ -278,7 +283,7 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		s.phase, s.waiting = phaseRunning, nil
 		s.startAttempts++
 		acts := []action{recordEvent(corev1.EventTypeNormal, "Started", "Started container %s", s.name)}
-		if !s.init {
+		if s.probed() {
 			acts = append(acts, action{kind: actStartProbes})
 		}
 		return s, acts
@@ -314,8 +319,8 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		return s, acts
 
 	case evLivenessFailed:
-		// Init containers have no liveness probe.
-		if s.phase != phaseRunning || s.init {
+		// Init containers that must end have no liveness probe.
+		if s.phase != phaseRunning || !s.probed() {
 			return s, nil
 		}
 		// Stopping takes up to the grace period: the worker goes on with
@@ -374,6 +379,32 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 	return s, nil
 }
 
+// probed reports whether the container has probes: every regular container
+// and sidecar (the API refuses probes on ephemeral containers and on init
+// containers that must end).
+func (s lifecycle) probed() bool { return !s.init || s.sidecar }
+
+// shouldRestart reports whether container name of pod (an init container
+// when init) runs again after a run that ended with code: never an init
+// container that succeeded; otherwise as the kubelet's ContainerShouldRestart
+// decides, a sidecar always, a container under its own restartPolicy and
+// restartPolicyRules when it has them, else under the pod's restartPolicy.
+func shouldRestart(pod *corev1.Pod, name string, init bool, code int32) bool {
+	list := pod.Spec.Containers
+	if init {
+		list = pod.Spec.InitContainers
+	}
+	i := slices.IndexFunc(list, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		// Not in the spec (a test's bare pod): the pod's policy.
+		return podutil.ContainerShouldRestart(corev1.Container{}, pod.Spec, code) && !(init && code == 0)
+	}
+	if init && !podutil.IsRestartableInitContainer(&list[i]) && code == 0 {
+		return false
+	}
+	return podutil.ContainerShouldRestart(list[i], pod.Spec, code)
+}
+
 // exited decides what follows the end term of a run of container s of pod
 // at now, as the kubelet does: an init container that succeeded, an
 // ephemeral container, or a container the restart policy does not run
@@ -393,7 +424,7 @@ func exited(s lifecycle, term *corev1.ContainerStateTerminated, pod *corev1.Pod,
 		s.phase, s.notBefore = phaseWaiting, now
 		return s, acts
 	}
-	if s.ephemeral || s.init && term.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), term.ExitCode) {
+	if s.ephemeral || !shouldRestart(pod, s.name, s.init, term.ExitCode) {
 		s.phase = phaseTerminated
 		s.done, s.waiting, s.last = term, nil, nil
 		return s, acts

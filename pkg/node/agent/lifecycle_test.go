@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
@@ -60,7 +61,14 @@ func lifecycleRows() []lifecycleRow {
 	in := func(p phase, s lifecycle) lifecycle { s.phase, s.name = p, "c"; return s }
 	initC := func(p phase, s lifecycle) lifecycle { s = in(p, s); s.init = true; return s }
 	debugC := func(p phase, s lifecycle) lifecycle { s = in(p, s); s.ephemeral = true; return s }
+	sidecarC := func(p phase, s lifecycle) lifecycle { s = initC(p, s); s.sidecar = true; return s }
 	always, onFailure, never := fakePod(corev1.RestartPolicyAlways), fakePod(corev1.RestartPolicyOnFailure), fakePod(corev1.RestartPolicyNever)
+	// sidecarNever: c is a sidecar of a pod whose policy is Never.
+	sidecarNever := fakePod(corev1.RestartPolicyNever)
+	sidecarNever.Spec.InitContainers = []corev1.Container{{Name: "c", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+	// ownNever: regular container c says Never in a pod whose policy is Always.
+	ownNever := fakePod(corev1.RestartPolicyAlways)
+	ownNever.Spec.Containers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
 	exit := func(pod *corev1.Pod, term *corev1.ContainerStateTerminated) event {
 		return event{kind: evExited, term: term, pod: pod}
 	}
@@ -210,6 +218,30 @@ func lifecycleRows() []lifecycleRow {
 		{"an init container that failed under Never ends for good (the pod fails)",
 			initC(phaseRunning, c), exit(never, ended(1, time.Second)),
 			initC(phaseTerminated, lifecycle{done: ended(1, time.Second)}), []string{"stopProbes"}},
+
+		// Sidecars: init containers with restartPolicy Always.
+		{"a started sidecar has probes",
+			sidecarC(phaseStarting, c), event{kind: evStarted}, sidecarC(phaseRunning, lifecycle{startAttempts: 1}),
+			[]string{"Normal Started: Started container c", "startProbes"}},
+		{"an adopted sidecar has probes",
+			sidecarC(phaseNew, c), event{kind: evLeftoverRunning, id: "runc://x"}, sidecarC(phaseRunning, c),
+			[]string{"Normal Adopted: Container c (runc://x) left running by a previous node agent goes on", "startProbes"}},
+		{"a sidecar's failed liveness probe kills it",
+			sidecarC(phaseRunning, c), event{kind: evLivenessFailed}, sidecarC(phaseKilling, lifecycle{livenessKills: 1}),
+			[]string{"Normal Killing: Container c failed liveness probe, will be restarted", "stopProbes", "kill"}},
+		{"a sidecar that succeeded runs again, even under Never",
+			sidecarC(phaseRunning, c), exit(sidecarNever, ended(0, time.Second)),
+			sidecarC(phaseWaiting, lifecycle{restarts: 1, last: ended(0, time.Second), backoff: 10 * time.Second, notBefore: lcNow}), []string{"stopProbes"}},
+		{"a sidecar that crashes backs off",
+			sidecarC(phaseRunning, lifecycle{restarts: 1, backoff: 10 * time.Second}), exit(sidecarNever, ended(1, time.Second)),
+			sidecarC(phaseBackingOff, lifecycle{restarts: 2, last: ended(1, time.Second), backoff: 20 * time.Second, notBefore: lcNow.Add(10 * time.Second), waiting: crashLoop("10s")}),
+			[]string{"stopProbes", "Warning BackOff: Back-off restarting failed container c in pod p"}},
+
+		// A container's own restart policy (ContainerRestartRules).
+		{"a container whose own policy is Never ends for good in a pod under Always",
+			in(phaseRunning, c), exit(ownNever, ended(1, time.Second)),
+			in(phaseTerminated, lifecycle{done: ended(1, time.Second)}), []string{"stopProbes"}},
+
 		{"a container waits with PodInitializing until the init containers completed",
 			in(phaseNew, c), event{kind: evInitPending}, in(phaseNew, lifecycle{waiting: podInitializing}), nil},
 		{"PodInitializing replaces a setup error",

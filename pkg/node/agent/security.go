@@ -81,11 +81,6 @@ func checkUnsupported(pod *corev1.Pod, c *corev1.Container, appArmor bool) error
 	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
 		return fmt.Errorf("%w: hostUsers: false (user namespaces) is not supported by the steadyplane node agent", errConfig)
 	}
-	// Run as an init container that must end, a sidecar would hold the
-	// pod in Init for ever: refused with the reason instead.
-	if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-		return fmt.Errorf("%w: init container %s is a sidecar (restartPolicy: Always), which the steadyplane node agent does not run yet", errConfig, c.Name)
-	}
 	return nil
 }
 

@@ -82,10 +82,6 @@ func TestCheckUnsupported(t *testing.T) {
 			t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
 		}
 	}
-	sidecar := &corev1.Container{Name: "proxy", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}
-	if err := checkUnsupported(&corev1.Pod{}, sidecar, false); !errors.Is(err, errConfig) {
-		t.Errorf("a sidecar: %v, want a configuration error saying it does not run", err)
-	}
 }
 
 func TestPodSysctls(t *testing.T) {

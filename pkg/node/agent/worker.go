@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
@@ -78,6 +79,12 @@ type worker struct {
 	// evictRequest, under mu, is why the eviction manager asks for the
 	// pod's eviction ("" for no request); the worker evicts at its next turn.
 	evictRequest string
+	// initialized: the pod's init containers that must end succeeded and its
+	// sidecars started, and a regular container ran; it stays so.
+	initialized bool
+	// sidecarsEnded: the regular containers ended for good and the sidecars
+	// were stopped with them; they do not run again.
+	sidecarsEnded bool
 	// resizing is the in-place resize of the pod under way or waiting.
 	resizing resizeState
 	// allocated, under mu, is the version of the pod whose resources its
@@ -142,9 +149,13 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		w.containers = append(w.containers, &container{spec: c, lifecycle: lifecycle{name: c.Name, init: true,
-			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name],
-			done: finishedForGood(pod, previous[c.Name], true)}})
+		ic := &container{spec: c, lifecycle: lifecycle{name: c.Name, init: true, sidecar: podutil.IsRestartableInitContainer(&c),
+			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
+			done: finishedForGood(pod, previous[c.Name], true)}}
+		if ic.sidecar {
+			ic.readiness, ic.liveness, ic.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
+		}
+		w.containers = append(w.containers, ic)
 	}
 	for _, c := range pod.Spec.Containers {
 		w.containers = append(w.containers, &container{spec: c, lifecycle: lifecycle{name: c.Name,
@@ -154,6 +165,21 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 	}
 	w.previous, w.attempts = previous, attempts
 	w.addEphemeral(pod)
+	// As the kubelet: a pod one of whose regular containers ran was
+	// initialized, and its sidecars restart without holding it back; once
+	// they all ended for good, the sidecars ended with them.
+	w.initialized = slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		p := previous[c.Name].State
+		return p.Running != nil || p.Terminated != nil
+	})
+	if w.initialized && w.allEnded() {
+		w.sidecarsEnded = true
+		for _, c := range w.containers {
+			if t := previous[c.name].State.Terminated; c.sidecar && t != nil {
+				c.done = t.DeepCopy()
+			}
+		}
+	}
 	return w
 }
 
@@ -184,8 +210,8 @@ func (w *worker) addEphemeral(pod *corev1.Pod) {
 }
 
 // finishedForGood returns the terminated state of a container that a
-// previous agent reported finished and that the pod's restart policy does
-// not run again (a RestartPolicy Never container, one that succeeded under
+// previous agent reported finished and that its restart policy does not run
+// again (a RestartPolicy Never container, one that succeeded under
 // OnFailure, an init container that completed), or nil: a new agent must not
 // run it again.
 func finishedForGood(pod *corev1.Pod, s corev1.ContainerStatus, init bool) *corev1.ContainerStateTerminated {
@@ -193,7 +219,7 @@ func finishedForGood(pod *corev1.Pod, s corev1.ContainerStatus, init bool) *core
 	if t == nil {
 		return nil
 	}
-	if init && t.ExitCode == 0 || !ShouldRestart(string(pod.Spec.RestartPolicy), t.ExitCode) {
+	if !shouldRestart(pod, s.Name, init, t.ExitCode) {
 		return t.DeepCopy()
 	}
 	return nil
@@ -375,24 +401,34 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			return
 		}
 	}
-	initDone := true
+	// Init containers run one after the other: one that must end holds the
+	// rest back until it succeeded, a sidecar until it started. Once the
+	// pod was initialized, only its sidecars run again.
+	held := false
 	for _, c := range w.containers {
-		if c.init {
-			if !initDone {
+		switch {
+		case c.sidecar:
+			if held || w.sidecarsEnded {
 				continue
 			}
-			if c.done != nil && c.done.ExitCode == 0 {
-				continue
-			}
-			initDone = false
 			w.step(ctx, pod, c, now)
-			continue
-		}
-		if !initDone {
+			held = !w.initialized && !w.sidecarStarted(c)
+		case c.init:
+			if held || w.initialized || c.done != nil && c.done.ExitCode == 0 {
+				continue
+			}
+			w.step(ctx, pod, c, now)
+			// One that has just completed lets the next start now.
+			held = c.done == nil || c.done.ExitCode != 0
+		case held:
 			w.apply(ctx, pod, c, event{kind: evInitPending}, now)
-			continue
+		default:
+			w.initialized = true
+			w.step(ctx, pod, c, now)
 		}
-		w.step(ctx, pod, c, now)
+	}
+	if !w.sidecarsEnded && w.initialized && w.allEnded() {
+		w.endSidecars(pod)
 	}
 	w.write(ctx, pod)
 	w.recordLocal(pod)
@@ -407,11 +443,34 @@ func (w *worker) allEnded() bool {
 			continue
 		}
 		regular++
-		if c.phase != phaseTerminated {
+		if c.state() != stateTerminated {
 			return false
 		}
 	}
 	return regular > 0
+}
+
+// sidecarStarted reports whether sidecar c started: running, its postStart
+// hook done (it runs within the start) and its startup probe, if any, passed.
+func (w *worker) sidecarStarted(c *container) bool {
+	return c.phase == phaseRunning && (c.spec.StartupProbe == nil || w.verdict(c, probe.Startup))
+}
+
+// endSidecars stops the pod's sidecars once its regular containers ended
+// for good, in reverse order, as the kubelet does: the pod is then
+// Succeeded or Failed by its regular containers alone.
+func (w *worker) endSidecars(pod *corev1.Pod) {
+	w.sidecarsEnded = true
+	var sidecars []*container
+	for _, c := range w.containers {
+		if c.sidecar {
+			sidecars = append(sidecars, c)
+		}
+	}
+	if len(sidecars) > 0 {
+		klog.V(2).InfoS("Stopping the sidecars of a pod whose containers ended", "pod", klog.KObj(pod), "sidecars", len(sidecars))
+		w.stopFor(pod, sidecars, gracePeriod(pod))
+	}
 }
 
 // podNotReady records why the pod's sandbox, network or volumes could not
@@ -448,7 +507,7 @@ func (w *worker) step(ctx context.Context, pod *corev1.Pod, c *container, now ti
 		case <-c.run.Done():
 			w.ended(ctx, pod, c, now)
 		default:
-			if !c.init && c.phase == phaseRunning && !w.verdict(c, probe.Liveness) {
+			if c.probed() && c.phase == phaseRunning && !w.verdict(c, probe.Liveness) {
 				w.apply(ctx, pod, c, event{kind: evLivenessFailed}, now)
 			}
 			return
@@ -477,12 +536,14 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 		case actStopProbes:
 			w.stopProbes(c)
 		case actKill:
-			// Stopping takes up to the grace period; the end wakes the
-			// worker, which restarts the container then.
-			go func(r runtime.Container) {
-				r.Stop(gracePeriod(pod))
+			// Stopping (the preStop hook included) takes up to the grace
+			// period; the end wakes the worker, which restarts the
+			// container then.
+			stop, deadline := w.stopperOf(pod, c), now.Add(gracePeriod(pod))
+			go func() {
+				stop.stop(deadline, true, nil)
 				w.poke()
-			}(c.run)
+			}()
 		}
 	}
 }
@@ -512,6 +573,7 @@ func (w *worker) start(ctx context.Context, pod *corev1.Pod, c *container, now t
 	c.run, c.runSpec, c.image = run, cfg, img
 	c.running = c.spec.Resources.DeepCopy()
 	w.apply(ctx, pod, c, event{kind: evStarted}, now)
+	w.postStart(ctx, pod, c)
 }
 
 // adopt looks for the run of c a previous agent left: still running, it
@@ -537,7 +599,7 @@ func (w *worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now t
 			c.image, _ = w.host.images().present(&c.spec)
 		}
 		cfg.LogPath, cfg.WorkingDir = w.logPath(pod, c), c.spec.WorkingDir
-		if env, _, err := w.env(ctx, pod, c, c.image); err == nil && !c.init {
+		if env, _, err := w.env(ctx, pod, c, c.image); err == nil && c.probed() {
 			cfg.Env = env
 		}
 	}

@@ -43,8 +43,10 @@ func (r *fakeRun) StartedAt() time.Time { return r.started }
 func (r *fakeRun) Stop(time.Duration) {
 	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", Message: r.stopMessage, StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
 }
+// Command runs argv on the host: hooks and probes of the tests use true,
+// false and sh.
 func (r *fakeRun) Command(argv, env []string, dir string, tty bool) *exec.Cmd {
-	return exec.Command("true")
+	return exec.Command(argv[0], argv[1:]...)
 }
 
 func (f *fakeRuntime) Name() string   { return "fake" }
@@ -77,6 +79,39 @@ func (f *fakeRuntime) last() *fakeRun {
 		return nil
 	}
 	return f.runs[len(f.runs)-1]
+}
+
+// runOf is the latest run of container name of the pod of UID uid-1.
+func (f *fakeRuntime) runOf(name string) *fakeRun {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.runs) - 1; i >= 0; i-- {
+		if f.runs[i].id == "uid-1_"+name {
+			return f.runs[i]
+		}
+	}
+	return nil
+}
+
+// started lists the containers of the runs started, in order.
+func (f *fakeRuntime) started() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for _, r := range f.runs {
+		names = append(names, strings.TrimPrefix(r.id, "uid-1_"))
+	}
+	return names
+}
+
+// exitOf ends the latest run of container name with code.
+func (f *fakeRuntime) exitOf(t *testing.T, name string, code int32) {
+	t.Helper()
+	r := f.runOf(name)
+	if r == nil {
+		t.Fatalf("no run of %s to end", name)
+	}
+	r.Finish(runtime.Exit{ExitCode: code, StartedAt: r.started, FinishedAt: r.started.Add(2 * time.Second)})
 }
 
 // exit ends the latest run with code and a message, as a crash would.

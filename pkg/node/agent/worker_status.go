@@ -118,7 +118,7 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 			// As the kubelet: started, never ready.
 			started := true
 			s.Started = &started
-		case !c.init:
+		case c.probed():
 			w.mu.Lock()
 			started := c.spec.StartupProbe == nil || c.startup.Passing()
 			s.Started = &started
@@ -131,7 +131,7 @@ func (w *worker) containerStatus(c *container) corev1.ContainerStatus {
 		f := false
 		s.Started = &f
 		// As the kubelet: an init container that completed is ready.
-		s.Ready = c.init && c.done.ExitCode == 0
+		s.Ready = c.init && !c.sidecar && c.done.ExitCode == 0
 	default:
 		s.State.Waiting = c.waiting
 		if s.State.Waiting == nil {
@@ -176,9 +176,9 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	}
 	owned := []corev1.PodCondition{
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-		podstatus.Initialized(pod, initStatuses, s.Phase),
-		podstatus.ContainersReady(pod, statuses, s.Phase),
-		podstatus.Ready(pod, old.Conditions, statuses, s.Phase),
+		podstatus.Initialized(pod, initStatuses, statuses, s.Phase),
+		podstatus.ContainersReady(pod, initStatuses, statuses, s.Phase),
+		podstatus.Ready(pod, old.Conditions, initStatuses, statuses, s.Phase),
 	}
 	for i := range owned {
 		owned[i].ObservedGeneration = pod.Generation

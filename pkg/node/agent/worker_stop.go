@@ -53,28 +53,17 @@ func removeUntilGone(ctx context.Context, pod klog.ObjectRef, b wait.Backoff, de
 	})
 }
 
-// stopAll stops every run of the pod within grace, at once, and records
-// their ends: the containers do not run again.
+// stopAll stops every run of the pod within grace and records their ends:
+// the containers do not run again.
 func (w *worker) stopAll(pod *corev1.Pod, grace time.Duration) {
-	var wg sync.WaitGroup
-	for _, c := range w.containers {
-		w.stopProbes(c)
-		if c.run != nil {
-			wg.Add(1)
-			go func(r runtime.Container, name string) {
-				defer wg.Done()
-				select {
-				case <-r.Done():
-					return
-				default:
-				}
-				w.host.event(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", name)
-				r.Stop(grace)
-			}(c.run, c.spec.Name)
-		}
-	}
-	wg.Wait()
-	for _, c := range w.containers {
+	w.stopFor(pod, w.containers, grace)
+}
+
+// stopFor stops the runs of cs within grace (see stopRuns) and records their
+// ends: they do not run again.
+func (w *worker) stopFor(pod *corev1.Pod, cs []*container, grace time.Duration) {
+	w.stopRuns(pod, cs, grace)
+	for _, c := range cs {
 		if c.run != nil {
 			// As the kubelet does, a run stopped with its pod reports
 			// its termination message too.
@@ -83,6 +72,114 @@ func (w *worker) stopAll(pod *corev1.Pod, grace time.Duration) {
 			w.apply(context.Background(), pod, c, event{kind: evStopped, term: term}, time.Now())
 		}
 	}
+}
+
+// minStopGrace is the least time a run is given to stop after its preStop
+// hook and its turn took the grace period, as the kubelet's 2 s.
+const minStopGrace = 2 * time.Second
+
+// stopRuns stops the runs of cs within grace as the kubelet does: every
+// preStop hook at once, then each run once those it waits for ended
+// (stopTurns: sidecars after the regular containers, in reverse order),
+// with what is left of grace, at least minStopGrace.
+func (w *worker) stopRuns(pod *corev1.Pod, cs []*container, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	turns := stopTurns(cs)
+	ended := make([]chan struct{}, len(cs))
+	for i := range ended {
+		ended[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		w.stopProbes(c)
+		if c.run == nil {
+			close(ended[i])
+			continue
+		}
+		select {
+		case <-c.run.Done():
+			close(ended[i])
+			continue
+		default:
+		}
+		stop := w.stopperOf(pod, c)
+		after := make([]chan struct{}, 0, len(turns[i]))
+		for _, k := range turns[i] {
+			after = append(after, ended[k])
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(ended[i])
+			w.host.event(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", stop.name)
+			stop.stop(deadline, grace > 0, after)
+		}()
+	}
+	wg.Wait()
+}
+
+// stopTurns returns, for each container of cs, the indexes of those whose
+// runs must end before its own is stopped: a sidecar waits for every regular
+// container and for the sidecars after it, as the kubelet's termination
+// ordering; the others wait for none.
+func stopTurns(cs []*container) [][]int {
+	turns := make([][]int, len(cs))
+	for i, c := range cs {
+		if !c.sidecar {
+			continue
+		}
+		for k, o := range cs {
+			if !o.init && !o.ephemeral || o.sidecar && k > i {
+				turns[i] = append(turns[i], k)
+			}
+		}
+	}
+	return turns
+}
+
+// stopper is what stopping one run needs, taken from its container so that
+// the stop can go on in the background while the worker goes on.
+type stopper struct {
+	name string
+	run  runtime.Container
+	// preStop runs the container's preStop hook; nil without one.
+	preStop func(ctx context.Context) (string, error)
+	event   func(eventType, reason, format string, args ...any)
+}
+
+// stopperOf returns the stopper of c's current run.
+func (w *worker) stopperOf(pod *corev1.Pod, c *container) stopper {
+	s := stopper{name: c.spec.Name, run: c.run, event: func(t, r, f string, a ...any) { w.host.event(pod, t, r, f, a...) }}
+	if lc := c.spec.Lifecycle; lc != nil && lc.PreStop != nil {
+		s.preStop = w.hookRunner(pod, c, lc.PreStop)
+	}
+	return s
+}
+
+// stop runs the preStop hook until deadline, waits for the runs in after to
+// end (until deadline too), then stops the run with what is left, at least
+// minStopGrace unless graceful is false (a pod gone from the API: killed at
+// once). A failed hook is an event; the run stops all the same.
+func (s stopper) stop(deadline time.Time, graceful bool, after []chan struct{}) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if s.preStop != nil && ctx.Err() == nil {
+		if msg, err := s.preStop(ctx); err != nil {
+			hookFailures.WithLabelValues("preStop").Inc()
+			s.event(corev1.EventTypeWarning, "FailedPreStopHook", "%s", msg)
+		}
+	}
+	for _, ch := range after {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	left := time.Until(deadline)
+	if graceful {
+		left = max(left, minStopGrace)
+	}
+	s.run.Stop(max(left, 0))
 }
 
 func gracePeriod(pod *corev1.Pod) time.Duration {

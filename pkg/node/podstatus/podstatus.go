@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
 // Reasons, as the kubelet writes them.
@@ -39,12 +40,23 @@ var OwnedConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodI
 	corev1.PodResizePending, corev1.PodResizeInProgress}
 
 // ContainersReady returns the ContainersReady condition: True when every
-// regular container has a status and is ready.
-func ContainersReady(pod *corev1.Pod, statuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
+// sidecar and every regular container has a status and is ready.
+// initStatuses are the init containers' statuses (sidecars among them).
+func ContainersReady(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
 	if cond, ok := terminal(corev1.ContainersReady, phase); ok {
 		return cond
 	}
 	var unknown, unready []string
+	for _, c := range pod.Spec.InitContainers {
+		if !podutil.IsRestartableInitContainer(&c) {
+			continue
+		}
+		if s, ok := find(initStatuses, c.Name); !ok {
+			unknown = append(unknown, c.Name)
+		} else if !s.Ready {
+			unready = append(unready, c.Name)
+		}
+	}
 	for _, c := range pod.Spec.Containers {
 		s, ok := find(statuses, c.Name)
 		switch {
@@ -72,8 +84,8 @@ func ContainersReady(pod *corev1.Pod, statuses []corev1.ContainerStatus, phase c
 // readiness gate is checked against conditions, and a gate whose condition is
 // missing or not True makes the pod not ready, with one message per gate
 // joined by ", ".
-func Ready(pod *corev1.Pod, conditions []corev1.PodCondition, statuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
-	cr := ContainersReady(pod, statuses, phase)
+func Ready(pod *corev1.Pod, conditions []corev1.PodCondition, initStatuses, statuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
+	cr := ContainersReady(pod, initStatuses, statuses, phase)
 	if cr.Status != corev1.ConditionTrue {
 		return corev1.PodCondition{Type: corev1.PodReady, Status: cr.Status, Reason: cr.Reason, Message: cr.Message}
 	}
@@ -94,10 +106,15 @@ func Ready(pod *corev1.Pod, conditions []corev1.PodCondition, statuses []corev1.
 }
 
 // Initialized returns the Initialized condition: True once every init
-// container has terminated with exit code 0 (or the pod has none).
-func Initialized(pod *corev1.Pod, initStatuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
+// container that must end has terminated with exit code 0 and every sidecar
+// has started (or the pod has none), and from then on: once a regular
+// container ran, a sidecar that restarts does not make the pod uninitialized.
+func Initialized(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus, phase corev1.PodPhase) corev1.PodCondition {
 	if phase == corev1.PodSucceeded {
 		return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, Reason: PodCompleted}
+	}
+	if anyRegularStarted(pod, statuses) {
+		return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}
 	}
 	var unknown, incomplete []string
 	for _, c := range pod.Spec.InitContainers {
@@ -105,6 +122,10 @@ func Initialized(pod *corev1.Pod, initStatuses []corev1.ContainerStatus, phase c
 		switch {
 		case !ok:
 			unknown = append(unknown, c.Name)
+		case podutil.IsRestartableInitContainer(&c):
+			if s.Started == nil || !*s.Started {
+				incomplete = append(incomplete, c.Name)
+			}
 		case s.State.Terminated == nil || s.State.Terminated.ExitCode != 0:
 			incomplete = append(incomplete, c.Name)
 		}
@@ -122,64 +143,110 @@ func Initialized(pod *corev1.Pod, initStatuses []corev1.ContainerStatus, phase c
 	return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}
 }
 
-// Phase returns the pod phase from its container statuses and restart
-// policy, as the kubelet's getPhase does for pods without sidecars.
+// Phase returns the pod phase from its container statuses, as the kubelet's
+// getPhase does for a pod that is not terminal: init containers that must end
+// hold the pod Pending until they succeeded (or fail it when they may not run
+// again); sidecars (init containers with restartPolicy Always) hold it Pending
+// until they started, unless a regular container ran already, and count as
+// running but never as ended; regular containers decide the rest, each under
+// its own restart policy if it has one, else the pod's.
 func Phase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) corev1.PodPhase {
-	policy := pod.Spec.RestartPolicy
+	pendingInit, pendingSidecars, failedInitForGood := 0, 0, 0
+	var running, waiting, stopped, stoppedForGood, succeeded, unknown int
 	for _, c := range pod.Spec.InitContainers {
 		s, ok := find(initStatuses, c.Name)
-		if !ok || s.State.Terminated == nil {
-			return corev1.PodPending
-		}
-		if s.State.Terminated.ExitCode != 0 {
-			if policy == corev1.RestartPolicyNever {
-				return corev1.PodFailed
+		if podutil.IsRestartableInitContainer(&c) {
+			switch {
+			case !ok:
+				pendingSidecars++
+				unknown++
+			case s.State.Running != nil:
+				if s.Started == nil || !*s.Started {
+					pendingSidecars++
+				}
+				running++
+			case s.State.Terminated != nil, s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+				// A sidecar's ends never decide the phase.
+			case s.State.Waiting != nil:
+				pendingSidecars++
+				waiting++
+			default:
+				pendingSidecars++
+				unknown++
 			}
-			return corev1.PodPending
+			continue
+		}
+		var last *corev1.ContainerStateTerminated
+		switch {
+		case !ok:
+		case s.State.Terminated != nil:
+			last = s.State.Terminated
+		case s.State.Waiting != nil:
+			last = s.LastTerminationState.Terminated
+		}
+		switch {
+		case last == nil || s.State.Running != nil:
+			pendingInit++
+		case last.ExitCode != 0 && !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode):
+			failedInitForGood++
 		}
 	}
-	var running, waiting, stopped, succeeded, unknown int
 	for _, c := range pod.Spec.Containers {
 		s, ok := find(statuses, c.Name)
+		var last *corev1.ContainerStateTerminated
 		switch {
 		case !ok:
 			unknown++
 		case s.State.Running != nil:
 			running++
 		case s.State.Terminated != nil:
-			stopped++
-			if s.State.Terminated.ExitCode == 0 {
-				succeeded++
-			}
+			last = s.State.Terminated
+		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+			last = s.LastTerminationState.Terminated
 		case s.State.Waiting != nil:
-			if s.LastTerminationState.Terminated != nil {
-				stopped++
-			} else {
-				waiting++
-			}
+			waiting++
 		default:
 			unknown++
 		}
-	}
-	n := len(pod.Spec.Containers)
-	switch {
-	case waiting > 0 || unknown > 0:
-		return corev1.PodPending
-	case running > 0:
-		return corev1.PodRunning
-	case stopped == n && n > 0:
-		switch {
-		case policy == corev1.RestartPolicyAlways:
-			return corev1.PodRunning // restarting
-		case succeeded == stopped:
-			return corev1.PodSucceeded
-		case policy == corev1.RestartPolicyNever:
-			return corev1.PodFailed
-		default:
-			return corev1.PodRunning // OnFailure: the failed ones restart
+		if last != nil {
+			stopped++
+			if !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode) {
+				stoppedForGood++
+			}
+			if s.State.Terminated != nil && last.ExitCode == 0 {
+				succeeded++
+			}
 		}
 	}
+	if failedInitForGood > 0 {
+		return corev1.PodFailed
+	}
+	switch {
+	case pendingInit > 0 || pendingSidecars > 0 && !anyRegularStarted(pod, statuses) || waiting > 0:
+		return corev1.PodPending
+	case running > 0 && unknown == 0:
+		return corev1.PodRunning
+	case running == 0 && stopped > 0 && unknown == 0:
+		switch {
+		case stopped != stoppedForGood:
+			return corev1.PodRunning // some restart
+		case stopped == succeeded:
+			return corev1.PodSucceeded
+		}
+		return corev1.PodFailed
+	}
 	return corev1.PodPending
+}
+
+// anyRegularStarted reports whether a regular container of pod has run: the
+// pod was initialized, whatever its sidecars do since.
+func anyRegularStarted(pod *corev1.Pod, statuses []corev1.ContainerStatus) bool {
+	for _, c := range pod.Spec.Containers {
+		if s, ok := find(statuses, c.Name); ok && (s.State.Running != nil || s.State.Terminated != nil) {
+			return true
+		}
+	}
+	return false
 }
 
 // WithTransitionTimes returns conditions with lastTransitionTime kept from

@@ -65,7 +65,7 @@ func TestReady(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Ready(tt.pod, tt.conditions, tt.statuses, tt.phase); got != tt.want {
+			if got := Ready(tt.pod, tt.conditions, nil, tt.statuses, tt.phase); got != tt.want {
 				t.Errorf("Ready =\n %+v\nwant\n %+v", got, tt.want)
 			}
 		})
@@ -91,8 +91,62 @@ func TestInitialized(t *testing.T) {
 		{"succeeded pod", nil, corev1.PodSucceeded, corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, Reason: PodCompleted}},
 	}
 	for _, tt := range tests {
-		if got := Initialized(p, tt.statuses, tt.phase); got != tt.want {
+		if got := Initialized(p, tt.statuses, nil, tt.phase); got != tt.want {
 			t.Errorf("%s: Initialized = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// sidecarPod has init container "i" that must end, sidecar "s" and regular
+// container "a", under restart policy p.
+func sidecarPod(p corev1.RestartPolicy) *corev1.Pod {
+	always := corev1.ContainerRestartPolicyAlways
+	pd := pod([]string{"a"})
+	pd.Spec.RestartPolicy = p
+	pd.Spec.InitContainers = []corev1.Container{{Name: "i"}, {Name: "s", RestartPolicy: &always}}
+	return pd
+}
+
+// sidecar is the status of a running sidecar, started or not, ready or not.
+func sidecar(started, isReady bool) corev1.ContainerStatus {
+	s := ready("s", isReady)
+	s.Started = &started
+	return s
+}
+
+// TestSidecarConditions: sidecars count for Initialized once started, and
+// for ContainersReady and Ready as the regular containers do.
+func TestSidecarConditions(t *testing.T) {
+	p := sidecarPod(corev1.RestartPolicyAlways)
+	waiting := corev1.ContainerStatus{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}
+	tests := []struct {
+		name                         string
+		init, main                   []corev1.ContainerStatus
+		initialized, containersReady corev1.ConditionStatus
+		message                      string
+	}{
+		{"sidecar not started", []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, []corev1.ContainerStatus{waiting},
+			corev1.ConditionFalse, corev1.ConditionFalse, "containers with unready status: [s a]"},
+		{"sidecar started, main waiting", []corev1.ContainerStatus{terminated("i", 0), sidecar(true, false)}, []corev1.ContainerStatus{waiting},
+			corev1.ConditionTrue, corev1.ConditionFalse, "containers with unready status: [s a]"},
+		{"main ready, sidecar not", []corev1.ContainerStatus{terminated("i", 0), sidecar(true, false)}, []corev1.ContainerStatus{ready("a", true)},
+			corev1.ConditionTrue, corev1.ConditionFalse, "containers with unready status: [s]"},
+		{"a sidecar restarting keeps the pod initialized", []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, []corev1.ContainerStatus{ready("a", true)},
+			corev1.ConditionTrue, corev1.ConditionFalse, "containers with unready status: [s]"},
+		{"both ready", []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{ready("a", true)},
+			corev1.ConditionTrue, corev1.ConditionTrue, ""},
+	}
+	for _, tt := range tests {
+		phase := Phase(p, tt.init, tt.main)
+		if got := Initialized(p, tt.init, tt.main, phase); got.Status != tt.initialized {
+			t.Errorf("%s: Initialized = %+v, want %v", tt.name, got, tt.initialized)
+		}
+		got := ContainersReady(p, tt.init, tt.main, phase)
+		if got.Status != tt.containersReady || got.Message != tt.message {
+			t.Errorf("%s: ContainersReady = %+v, want %v %q", tt.name, got, tt.containersReady, tt.message)
+		}
+		if r := Ready(p, nil, tt.init, tt.main, phase); r.Status != got.Status || r.Message != got.Message {
+			t.Errorf("%s: Ready = %+v, want ContainersReady's %+v", tt.name, r, got)
 		}
 	}
 }
@@ -125,6 +179,22 @@ func TestPhase(t *testing.T) {
 		{"exit 0, OnFailure", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded},
 		{"exit 1, OnFailure: restarting", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodRunning},
 		{"crash loop, Always", withPolicy(corev1.RestartPolicyAlways), nil, []corev1.ContainerStatus{waitingAfterCrash}, corev1.PodRunning},
+		// Sidecars (upstream's getPhase).
+		{"sidecar not started: pending", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, nil, corev1.PodPending},
+		{"sidecar started, main waiting", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, false)},
+			[]corev1.ContainerStatus{{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}}}, corev1.PodPending},
+		{"main running with sidecar", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning},
+		{"sidecar restarting after init: still running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning},
+		{"main done, sidecar still running: running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodRunning},
+		{"main done, sidecar stopped by signal: succeeded", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 143)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded},
+		{"main failed, sidecar stopped: failed", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 0)}, []corev1.ContainerStatus{terminated("a", 2)}, corev1.PodFailed},
+		// A container's own restartPolicy (ContainerRestartRules).
+		{"container Never under pod Always: failed", func() *corev1.Pod {
+			pd := withPolicy(corev1.RestartPolicyAlways)
+			never := corev1.ContainerRestartPolicyNever
+			pd.Spec.Containers[0].RestartPolicy = &never
+			return pd
+		}(), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodFailed},
 	}
 	for _, tt := range tests {
 		if got := Phase(tt.pod, tt.init, tt.main); got != tt.want {

@@ -1,6 +1,7 @@
 // Package probe runs the Pod API's container probes (exec, httpGet,
-// tcpSocket) for the node agent, and tracks their results against the probe's
-// thresholds as the kubelet does.
+// tcpSocket, grpc) for the node agent, and tracks their results against the
+// probe's thresholds as the kubelet does; and the containers' lifecycle hooks
+// (postStart, preStop), which run the same kinds of handlers.
 package probe
 
 import (
@@ -21,16 +22,37 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	upstreamprobe "k8s.io/kubernetes/pkg/probe"
 	grpcprobe "k8s.io/kubernetes/pkg/probe/grpc"
+	httpprobe "k8s.io/kubernetes/pkg/probe/http"
 )
 
 // maxExecOutput is how much of an exec probe's output is kept, as the
 // kubelet's 10 KiB.
 const maxExecOutput = 10 << 10
 
-// runExec runs an exec probe's command in a process group of its own, so
-// that a timeout ends everything it started, with its output kept to
-// maxExecOutput and a bounded wait for children that hold its output open.
+// runExec runs an exec probe's command (see execIn) and says how it failed.
 func runExec(ctx context.Context, command []string, commandFor CommandFunc, timeout time.Duration) (bool, string) {
+	out, err := execIn(ctx, command, commandFor)
+	if ctx.Err() != nil {
+		return false, fmt.Sprintf("command timed out after %v", timeout)
+	}
+	if err != nil {
+		return false, fmt.Sprintf("command %q failed: %v: %s", strings.Join(command, " "), err, truncate(out))
+	}
+	return true, ""
+}
+
+// httpClient is the client of HTTP probes and hooks. Like the kubelet's, it
+// does not verify an https server's certificate: it asks whether the
+// container answers, not who it is; and it does not follow redirects.
+func httpClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}, //nolint:gosec
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// execIn runs command in the container in a process group of its own, so
+// that the end of ctx ends everything it started, with its output kept to
+// maxExecOutput and a bounded wait for children that hold its output open.
+func execIn(ctx context.Context, command []string, commandFor CommandFunc) ([]byte, error) {
 	cmd := commandFor(command)
 	out := &limitedBuffer{max: maxExecOutput}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -48,13 +70,7 @@ func runExec(ctx context.Context, command []string, commandFor CommandFunc, time
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left behind
 	}
-	if ctx.Err() != nil {
-		return false, fmt.Sprintf("command timed out after %v", timeout)
-	}
-	if err != nil {
-		return false, fmt.Sprintf("command %q failed: %v: %s", strings.Join(command, " "), err, truncate(out.Bytes()))
-	}
-	return true, ""
+	return out.Bytes(), err
 }
 
 // limitedBuffer keeps the first max bytes written to it and drops the rest,
@@ -95,35 +111,12 @@ func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container,
 		}
 		return runExec(ctx, p.Exec.Command, commandFor, timeout)
 	case p.HTTPGet != nil:
-		port, err := resolvePort(p.HTTPGet.Port, c)
+		req, err := httpRequest(p.HTTPGet, c, host, "probe")
 		if err != nil {
 			return false, err.Error()
 		}
-		h := host
-		if p.HTTPGet.Host != "" {
-			h = p.HTTPGet.Host
-		}
-		scheme := strings.ToLower(string(p.HTTPGet.Scheme))
-		if scheme == "" {
-			scheme = "http"
-		}
-		path := p.HTTPGet.Path
-		if !strings.HasPrefix(path, "/") {
-			path = "/" + path
-		}
-		u := scheme + "://" + net.JoinHostPort(h, strconv.Itoa(port)) + path
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, hd := range p.HTTPGet.HTTPHeaders {
-			req.Header.Add(hd.Name, hd.Value)
-		}
-		req.Header.Set("User-Agent", "steadyplane-probe")
-		// Like the kubelet, an https probe does not verify the certificate:
-		// it asks whether the container answers, not who it is.
-		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}, //nolint:gosec
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		req = req.WithContext(ctx)
+		client := httpClient()
 		resp, err := client.Do(req)
 		if err != nil {
 			return false, err.Error()
@@ -163,6 +156,16 @@ func Run(ctx context.Context, p *corev1.Probe, host string, c *corev1.Container,
 		return result == upstreamprobe.Success || result == upstreamprobe.Warning, msg
 	}
 	return false, "probe has no handler"
+}
+
+// httpRequest is the kubelet's request for an HTTP probe or hook (its URL,
+// headers and User-Agent kube-<agent>/<version>), after a check of the port
+// that names what is wrong with it.
+func httpRequest(get *corev1.HTTPGetAction, c *corev1.Container, host, agent string) (*http.Request, error) {
+	if _, err := resolvePort(get.Port, c); err != nil {
+		return nil, err
+	}
+	return httpprobe.NewRequestForHTTPGetAction(get, c, host, agent)
 }
 
 func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
