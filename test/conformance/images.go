@@ -28,9 +28,10 @@ type suiteImage struct {
 // suiteImages builds, offline, the images the sig-node, sig-apps and
 // api-machinery conformance tests run (test/utils/image/manifest.go at the
 // module's version): agnhost as its Dockerfile makes it, on Debian's
-// busybox-static instead of Alpine; busybox; nginx as busybox's httpd
-// serving port 80 (the tests only reach it over HTTP); pause as agnhost's
-// pause; kitten and nautilus as agnhost's test-webserver with their files;
+// busybox-static instead of Alpine (curl as busybox's wget); busybox; nginx
+// as busybox's httpd serving port 80 (the tests only reach it over HTTP);
+// pause as agnhost's pause; kitten and nautilus as agnhost's test-webserver
+// with their files (and an os-release naming their Alpine base);
 // nonewprivs with its setuid program; nonroot as busybox with USER 1234.
 func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	busybox, err := testimage.Busybox()
@@ -79,6 +80,11 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		testimage.File{Name: "agnhost", Mode: 0o755, Body: agnhostBin},
 		testimage.File{Name: "agnhost-2", Link: "agnhost"},
 		testimage.File{Name: "uploads/", Mode: 0o755},
+		// The suite's exec hooks run "curl URL"; agnhost's Alpine base has
+		// curl, busybox has wget.
+		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/local/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/curl", Mode: 0o755, Body: []byte("#!/bin/sh\n# curl URL, as busybox's wget: what the conformance suite's hooks run.\nexec wget -q -O - \"$@\"\n")},
 		testimage.File{Name: "etc/passwd", Mode: 0o644, Body: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
 		testimage.File{Name: "etc/group", Mode: 0o644, Body: []byte("root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
 	)
@@ -93,6 +99,10 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		}
 		webFiles = append(webFiles, testimage.File{Name: f, Mode: 0o644, Body: b})
 	}
+	// The image-volume test reads the image's /etc/os-release and looks for
+	// the name of the Alpine base the upstream image has.
+	webFiles = append(webFiles, testimage.File{Name: "etc/os-release", Mode: 0o644,
+		Body: []byte("NAME=\"steadyplane conformance image\"\nPRETTY_NAME=\"steadyplane's stand-in for the kitten image on Alpine Linux\"\n")})
 	webserver, err := on(agnhostImg, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, webFiles...)
 	if err != nil {
 		return nil, err

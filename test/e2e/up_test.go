@@ -185,12 +185,14 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 // TestReadmeWalkthroughs runs the README's walkthroughs verbatim against one
 // "steadyplane up", with kubectl as the client: Deployments, Services and
 // namespace deletion (controller manager and scheduler), pods (logs, exec,
-// port-forward), in-place resize and readiness gates.
+// port-forward), in-place resize, sidecars with hooks and image volumes, and
+// readiness gates.
 func TestReadmeWalkthroughs(t *testing.T) {
 	deployments := testup.ReadmeBlock(t, "Deployments, services and namespaces")
 	pods := testup.ReadmeBlock(t, "Pods on the node")
 	gates := testup.ReadmeBlock(t, "Pods with readiness gates")
 	resize := testup.ReadmeBlock(t, "Resizing a running pod")
+	sidecars := testup.ReadmeBlock(t, "Sidecars, lifecycle hooks and image volumes")
 	ctx, dataDir, script := testup.StartWalkthrough(t, 10*time.Minute)
 	run := func(name, block string) []string {
 		t.Helper()
@@ -245,6 +247,20 @@ kubectl --kubeconfig=/dev/null --server="$S" --certificate-authority=.steadyplan
 	}
 	if !limit || !kept {
 		t.Errorf("resize walkthrough: the container reads its new memory limit %v, not restarted %v; want both", limit, kept)
+	}
+
+	// Sidecars, hooks and image volumes: the app ran once the sidecar was
+	// up, ran a program from the image volume, could not write there, and
+	// the sidecar was stopped (exit 0 through its trap) once the app ended.
+	var logger, fromVolume, readOnly, stopped bool
+	for _, l := range run("sidecar", sidecars) {
+		logger = logger || l == "logger up"
+		fromVolume = fromVolume || l == "ran from the image volume"
+		readOnly = readOnly || l == "read-only"
+		stopped = stopped || l == "sidecar: 0"
+	}
+	if !logger || !fromVolume || !readOnly || !stopped {
+		t.Errorf("sidecar walkthrough: the app saw the sidecar's file %v, ran from the image volume %v, could not write to it %v, the sidecar stopped with 0 %v; want all", logger, fromVolume, readOnly, stopped)
 	}
 
 	// The README's "kubectl run -it": a shell on a terminal, typed into

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/moby/sys/mountinfo"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,6 +147,86 @@ func TestPodsFromImages(t *testing.T) {
 			return got.Status.Phase == corev1.PodFailed && got.Status.Reason == "Evicted" &&
 				got.Status.Message == `Usage of EmptyDir volume "cache" exceeds the limit "8Mi". `, fmt.Sprintf("%s %s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
 		})
+	})
+
+	t.Run("an image volume: read-only, layers stacked, subPath, unmounted with the pod", func(t *testing.T) {
+		data, err := testimage.Image(v1.Config{}, []testimage.File{{Name: "data/", Mode: 0o755}, {Name: "data/hello.txt", Mode: 0o644, Body: []byte("from-the-volume")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := testimage.Layer([]testimage.File{{Name: "data/second.txt", Mode: 0o644, Body: []byte("second-layer")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data, err = mutate.AppendLayers(data, second); err != nil {
+			t.Fatal(err)
+		}
+		dataRef := host + "/team/data:v1"
+		if err := testimage.Push(dataRef, data, login); err != nil {
+			t.Fatal(err)
+		}
+		p := pod("with-volume", appRef, corev1.PullIfNotPresent, true)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: dataRef, PullPolicy: corev1.PullAlways}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/vol"}, {Name: "data", MountPath: "/sub", SubPath: "data"}}
+		p.Spec.Containers[0].Command = []string{"sh", "-c", `echo "$(cat /vol/data/hello.txt) $(cat /sub/second.txt) $(touch /vol/x 2>/dev/null && echo writable || echo read-only)"; exec sleep 3600`}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, 2*time.Minute, "the pod with an image volume to run", func() (bool, string) {
+			s, _ := status("with-volume")
+			return s.State.Running != nil, fmt.Sprintf("%+v", s.State)
+		})
+		waitFor(ctx, t, 30*time.Second, "the pod to print what its image volume holds", func() (bool, string) {
+			out := kubectlOut(ctx, t, cp, "logs", "with-volume")
+			return strings.TrimSpace(out) == "from-the-volume second-layer read-only", out
+		})
+		mounted := func() int {
+			ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) {
+				return !strings.Contains(m.Mountpoint, "/volumes/image/data"), false
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ms)
+		}
+		if n := mounted(); n == 0 {
+			t.Fatal("no image volume mount on the node while the pod runs")
+		}
+		if err := pods.Delete(ctx, "with-volume", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the image volume unmounted with its pod", func() (bool, string) {
+			n := mounted()
+			return n == 0, fmt.Sprintf("%d mounts left", n)
+		})
+
+		// Pulled with the pod's secret or not at all: the pod waits with
+		// the image's reason.
+		p = pod("volume-no-login", appRef, corev1.PullIfNotPresent, true)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: host + "/team/missing:v1", PullPolicy: corev1.PullAlways}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/vol"}}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(ctx, t, time.Minute, "the pod waiting for its volume's image", func() (bool, string) {
+			s, ok := status("volume-no-login")
+			if !ok || s.State.Waiting == nil {
+				return false, fmt.Sprintf("%+v", s.State)
+			}
+			w := s.State.Waiting
+			return (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") && strings.Contains(w.Message, "team/missing:v1"), w.Reason + ": " + w.Message
+		})
+		// Setup is tried every second; the pull, with its events, every 10.
+		time.Sleep(11 * time.Second)
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=volume-no-login"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Items {
+			if e.Count > 3 {
+				t.Errorf("event %s %q sent %d times within 12s", e.Reason, e.Message, e.Count)
+			}
+		}
 	})
 
 	t.Run("the Node lists its images", func(t *testing.T) {

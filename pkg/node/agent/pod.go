@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -79,9 +80,13 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 	}
 	if w.setup.volumes == nil {
 		w.setup.volumes = volume.New(pod, filepath.Join(w.podDir(pod), "volumes"), w.host.volumeSource(), w.host.allocatable())
+		w.setup.volumes.MountImage = w.imageVolumes(pod)
 	}
 	refresh := now.Sub(w.setup.volumesAt) >= volumeRefresh
 	if err := w.setup.volumes.Setup(ctx, now, refresh); err != nil {
+		if errors.Is(err, volume.ErrUnsupported) {
+			return fmt.Errorf("%w: %v", errConfig, err)
+		}
 		return err
 	}
 	if refresh {
@@ -115,8 +120,11 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 	if err := runtime.UnmountUnder(w.podDir(pod)); err != nil {
 		// A mount left there may be a hostPath's subPath: removing the
 		// directory would remove the host's files through it.
-		klog.ErrorS(err, "Unmounting the pod's root filesystems and subPaths; its directory stays", "pod", klog.KObj(pod), "dir", w.podDir(pod))
+		klog.ErrorS(err, "Unmounting the pod's root filesystems, subPaths and image volumes; its directory stays", "pod", klog.KObj(pod), "dir", w.podDir(pod))
 		return
+	}
+	if imgs := w.host.images(); imgs != nil {
+		releaseImageVolumes(imgs, pod)
 	}
 	if err := os.RemoveAll(w.podDir(pod)); err != nil {
 		klog.ErrorS(err, "Removing the pod directory", "pod", klog.KObj(pod))

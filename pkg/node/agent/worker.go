@@ -479,8 +479,13 @@ func (w *worker) endSidecars(pod *corev1.Pod) {
 // a pod this node cannot run). Setup is tried again on the next sync.
 func (w *worker) podNotReady(ctx context.Context, pod *corev1.Pod, err error, now time.Time) {
 	reason := ReasonContainerCreating
-	if errors.Is(err, errConfig) {
+	switch {
+	case errors.Is(err, errConfig):
 		reason = ReasonCreateContainerConfigError
+	case imageReason(err) != "":
+		// An image volume's image: its pull sent its own events.
+		reason = imageReason(err)
+		w.setupErr = err.Error()
 	}
 	if w.setupErr != err.Error() {
 		w.setupErr = err.Error()

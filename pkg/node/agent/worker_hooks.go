@@ -46,7 +46,9 @@ func (w *worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) {
 		defer context.AfterFunc(w.writes, cancel)()
 	}
 	msg, err := w.hookRunner(pod, c, lc.PostStart)(hctx)
-	if err == nil {
+	if err == nil || hctx.Err() != nil {
+		// Cut short by the pod's deletion, which stops the run, or by the
+		// agent's stop, after which the run goes on for the next agent.
 		return
 	}
 	klog.InfoS("PostStart hook failed; stopping the container", "pod", klog.KObj(pod), "container", c.spec.Name, "err", err)

@@ -1,7 +1,8 @@
 // Package volume makes a pod's volumes on the node: hostPath, emptyDir,
 // configMap, secret, downwardAPI and projected (service-account token,
 // configMap, secret, downwardAPI), written with upstream's atomic writer
-// and payload functions so that files, modes and updates are the kubelet's.
+// and payload functions so that files, modes and updates are the kubelet's;
+// and image volumes, through the node's image store (ImageMounter).
 // Any other kind of volume is refused with a message, never ignored.
 package volume
 
@@ -49,7 +50,7 @@ type Source interface {
 func Check(pod *corev1.Pod) error {
 	for _, v := range pod.Spec.Volumes {
 		if kind := unsupported(v.VolumeSource); kind != "" {
-			return fmt.Errorf("%w: volume %q is of kind %s; the steadyplane node agent makes hostPath, emptyDir, configMap, secret, downwardAPI and projected volumes", ErrUnsupported, v.Name, kind)
+			return fmt.Errorf("%w: volume %q is of kind %s; the steadyplane node agent makes hostPath, emptyDir, configMap, secret, downwardAPI, projected and image volumes", ErrUnsupported, v.Name, kind)
 		}
 	}
 	return nil
@@ -59,7 +60,7 @@ func unsupported(s corev1.VolumeSource) string {
 	switch {
 	case s.HostPath != nil, s.EmptyDir != nil, s.ConfigMap != nil, s.Secret != nil, s.DownwardAPI != nil:
 		return ""
-	case s.Projected != nil:
+	case s.Projected != nil, s.Image != nil:
 		return ""
 	case s.PersistentVolumeClaim != nil:
 		return "persistentVolumeClaim"
@@ -69,11 +70,13 @@ func unsupported(s corev1.VolumeSource) string {
 		return "ephemeral"
 	case s.NFS != nil:
 		return "nfs"
-	case s.Image != nil:
-		return "image"
 	}
 	return "other"
 }
+
+// ImageMounter makes image volume name of source src at target: the image
+// pulled as its pull policy says and mounted read-only.
+type ImageMounter func(ctx context.Context, name string, src *corev1.ImageVolumeSource, target string) error
 
 // Volumes are one pod's volumes on the node.
 type Volumes struct {
@@ -81,6 +84,9 @@ type Volumes struct {
 	dir         string // the pod's volumes directory
 	src         Source
 	allocatable corev1.ResourceList
+	// MountImage makes image volumes; nil on a node that runs no images,
+	// where they are refused.
+	MountImage ImageMounter
 
 	mu    sync.Mutex
 	paths map[string]string    // volume name -> host path
@@ -103,13 +109,19 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 	defer v.mu.Unlock()
 	for _, vol := range v.pod.Spec.Volumes {
 		p, made := v.paths[vol.Name]
-		if made && !refresh && !v.due(vol.Name, now) {
-			continue
+		if made && (vol.Image != nil || !refresh && !v.due(vol.Name, now)) {
+			continue // an image volume is made once
 		}
 		var err error
 		switch s := vol.VolumeSource; {
 		case s.HostPath != nil:
 			p, err = hostPath(s.HostPath)
+		case s.Image != nil:
+			if v.MountImage == nil {
+				return fmt.Errorf("%w: volume %q is an image volume, which needs a node that runs containers from images (--runtime=runc)", ErrUnsupported, vol.Name)
+			}
+			p = filepath.Join(v.dir, "image", vol.Name)
+			err = v.MountImage(ctx, vol.Name, s.Image, p)
 		case s.EmptyDir != nil:
 			p = filepath.Join(v.dir, "empty-dir", vol.Name)
 			if err = os.MkdirAll(p, 0o777); err == nil {
@@ -413,13 +425,13 @@ func (v *Volumes) subPath(root string, m corev1.VolumeMount, container string, i
 	return target, nil
 }
 
-// readOnlyVolume: API-made volumes are read-only in the container, as the
-// kubelet mounts them.
+// readOnlyVolume: API-made volumes and image volumes are read-only in the
+// container, as the kubelet mounts them.
 func (v *Volumes) readOnlyVolume(name string) bool {
 	for _, vol := range v.pod.Spec.Volumes {
 		if vol.Name == name {
 			s := vol.VolumeSource
-			return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil
+			return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil || s.Image != nil
 		}
 	}
 	return false

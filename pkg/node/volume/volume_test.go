@@ -28,6 +28,7 @@ func TestCheck(t *testing.T) {
 		{corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{}}, false},
 		{corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}, false},
 		{corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}, false},
+		{corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "data:v1"}}, false},
 		{corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, true},
 		{corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}}, true},
 		{corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{}}, true},
@@ -39,6 +40,41 @@ func TestCheck(t *testing.T) {
 		if (err != nil) != tc.refused || err != nil && !errors.Is(err, ErrUnsupported) {
 			t.Errorf("case %d: %v, refused want %v", i, err, tc.refused)
 		}
+	}
+}
+
+// TestImageVolumes: an image volume is made once by the node's mounter
+// (never again when the API's volumes are refreshed), is mounted read-only,
+// and is refused where the node runs no images.
+func TestImageVolumes(t *testing.T) {
+	dir := t.TempDir()
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "data:v1", PullPolicy: corev1.PullAlways}}}},
+		Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+	}}
+	v := New(pod, dir, nil, nil)
+	if err := v.Setup(context.Background(), time.Now(), true); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("without a mounter: %v, want ErrUnsupported", err)
+	}
+	var calls []string
+	v.MountImage = func(_ context.Context, name string, src *corev1.ImageVolumeSource, target string) error {
+		calls = append(calls, name+" "+src.Reference+" "+string(src.PullPolicy))
+		return os.MkdirAll(target, 0o755)
+	}
+	for i := 0; i < 3; i++ {
+		if err := v.Setup(context.Background(), time.Now(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(calls) != 1 || calls[0] != "data data:v1 Always" {
+		t.Errorf("mounter calls %q, want one for volume data", calls)
+	}
+	mounts, err := v.Mounts(&pod.Spec.Containers[0], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mounts) != 1 || !mounts[0].ReadOnly || mounts[0].Source != filepath.Join(dir, "image", "data") {
+		t.Errorf("mounts %+v, want the image volume read-only from %s", mounts, filepath.Join(dir, "image", "data"))
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -20,25 +19,6 @@ const (
 	upperDir = "rw/upper"
 	workDir  = "rw/work"
 )
-
-// overlayOptions returns the overlayfs mount options that stack layers
-// (top first) under upper. It refuses a path the option syntax cannot
-// carry, and a stack longer than a mount's options may be (one page).
-func overlayOptions(layers []string, upper, work string) (string, error) {
-	if len(layers) == 0 {
-		return "", errors.New("an image root filesystem needs at least one layer")
-	}
-	for _, p := range append([]string{upper, work}, layers...) {
-		if strings.ContainsAny(p, ",:") {
-			return "", fmt.Errorf("path %q has a comma or colon, which overlayfs options cannot carry", p)
-		}
-	}
-	opts := "lowerdir=" + strings.Join(layers, ":") + ",upperdir=" + upper + ",workdir=" + work
-	if len(opts) >= os.Getpagesize() {
-		return "", fmt.Errorf("an image of %d layers makes overlayfs options of %d bytes, more than the kernel's %d", len(layers), len(opts), os.Getpagesize())
-	}
-	return opts, nil
-}
 
 // mountImageRootfs mounts rootfs's layers at target under a fresh
 // writable layer in the container's directory dir. A mount a previous run
@@ -56,7 +36,7 @@ func mountImageRootfs(target, dir string, rootfs *runtime.Rootfs) error {
 			return err
 		}
 	}
-	opts, err := overlayOptions(rootfs.Layers, upper, work)
+	opts, err := runtime.OverlayOptions(rootfs.Layers, upper, work)
 	if err != nil {
 		return err
 	}

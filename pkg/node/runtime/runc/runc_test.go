@@ -381,25 +381,6 @@ func TestRuncImageRootfs(t *testing.T) {
 	}
 }
 
-func TestOverlayOptions(t *testing.T) {
-	if _, err := overlayOptions(nil, "/u", "/w"); err == nil {
-		t.Error("no layers accepted")
-	}
-	if _, err := overlayOptions([]string{"/a:b"}, "/u", "/w"); err == nil {
-		t.Error("a colon in a layer path accepted")
-	}
-	long := make([]string, 100)
-	for i := range long {
-		long[i] = "/var/lib/steadyplane/node/images/layers/" + strings.Repeat("a", 64)
-	}
-	if _, err := overlayOptions(long, "/u", "/w"); err == nil {
-		t.Error("options over a page accepted")
-	}
-	got, err := overlayOptions([]string{"/l2", "/l1"}, "/u", "/w")
-	if err != nil || got != "lowerdir=/l2:/l1,upperdir=/u,workdir=/w" {
-		t.Errorf("overlayOptions = %q, %v", got, err)
-	}
-}
 
 // TestRuncSeccompAndSysctls: RuntimeDefault puts the container under a
 // seccomp filter (mode 2 in /proc/self/status), a privileged container runs
