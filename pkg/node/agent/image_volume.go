@@ -45,7 +45,9 @@ func (w *worker) imageVolumes(pod *corev1.Pod) volume.ImageMounter {
 		}
 		ref := &corev1.Container{Name: name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
 		img, err := imgs.ensure(ctx, pod, ref, func() []corev1.Secret { return w.host.pullSecrets(ctx, pod) },
-			func(eventType, reason, format string, args ...any) { w.host.event(pod, eventType, reason, format, args...) })
+			func(eventType, reason, format string, args ...any) {
+				w.host.event(pod, eventType, reason, format, args...)
+			})
 		if err != nil {
 			err = fmt.Errorf("image volume %q: %w", name, err)
 			failed[name] = failure{err, time.Now().Add(startRetry)}

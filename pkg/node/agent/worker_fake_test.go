@@ -43,6 +43,7 @@ func (r *fakeRun) StartedAt() time.Time { return r.started }
 func (r *fakeRun) Stop(time.Duration) {
 	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", Message: r.stopMessage, StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
 }
+
 // Command runs argv on the host: hooks and probes of the tests use true,
 // false and sh.
 func (r *fakeRun) Command(argv, env []string, dir string, tty bool) *exec.Cmd {

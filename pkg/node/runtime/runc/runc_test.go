@@ -381,7 +381,6 @@ func TestRuncImageRootfs(t *testing.T) {
 	}
 }
 
-
 // TestRuncSeccompAndSysctls: RuntimeDefault puts the container under a
 // seccomp filter (mode 2 in /proc/self/status), a privileged container runs
 // without one, and a pod's sysctl is set in its own network namespace.
