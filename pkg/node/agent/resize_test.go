@@ -170,3 +170,37 @@ func condition(s corev1.PodStatus, t corev1.PodConditionType) *corev1.PodConditi
 	}
 	return nil
 }
+
+// TestAllocationSurvivesAgentRestart: a new agent takes a container's
+// allocated resources from the node's record, not from the spec: a resize
+// the previous agent had not allocated (too big for the node) is decided
+// again, not run as if allocated.
+func TestAllocationSurvivesAgentRestart(t *testing.T) {
+	pod := fakePod(corev1.RestartPolicyAlways)
+	pod.Generation = 1
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: resources("cpu", "100m"), Limits: resources("cpu", "100m")}
+	h := newFakeHost()
+	h.capacity = resources("cpu", "2", "memory", "1Gi")
+	dir := t.TempDir()
+	ctx, now := context.Background(), time.Now()
+	w := newFakeWorker(h, &fakeRuntime{}, dir, pod, false)
+	w.sync(ctx, pod, now)
+
+	huge := pod.DeepCopy()
+	huge.Generation = 2
+	huge.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: resources("cpu", "3"), Limits: resources("cpu", "3")}
+	w.sync(ctx, huge, now)
+
+	w2 := newFakeWorker(h, &fakeRuntime{}, dir, huge, false)
+	if got := w2.containers[0].spec.Resources.Requests.Cpu().String(); got != "100m" {
+		t.Fatalf("a new agent takes cpu %s as allocated, want the 100m the previous one allocated", got)
+	}
+	w2.sync(ctx, huge, now)
+	st := w2.status(huge)
+	if c := condition(st, corev1.PodResizePending); c == nil || c.Reason != corev1.PodReasonInfeasible {
+		t.Errorf("after an agent restart: %+v, want the resize still Infeasible", c)
+	}
+	if got := st.ContainerStatuses[0].AllocatedResources.Cpu().String(); got != "100m" {
+		t.Errorf("allocated cpu %s after an agent restart, want 100m", got)
+	}
+}

@@ -132,13 +132,14 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 		previous[s.Name] = s
 	}
 	var attempts, kills map[string]int32
+	var allocated map[string]corev1.ResourceRequirements
 	rec, err := localstatus.Read(w.podDir(pod))
 	if err != nil {
 		klog.ErrorS(err, "Ignoring the pod's local record", "pod", klog.KObj(pod))
 	}
 	if rec != nil && rec.UID == pod.UID {
 		w.local = rec.Status
-		attempts, kills = rec.StartAttempts, rec.LivenessKills
+		attempts, kills, allocated = rec.StartAttempts, rec.LivenessKills, rec.Allocated
 		if rec.Status.StartTime != nil {
 			w.startTime = *rec.Status.StartTime
 		}
@@ -157,7 +158,17 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 		}
 		w.containers = append(w.containers, ic)
 	}
-	for _, c := range pod.Spec.Containers {
+	if len(allocated) > 0 {
+		// What a previous agent allocated, not what the spec asks now: a
+		// resize it had not allocated is decided again.
+		w.allocated = pod.DeepCopy()
+		for i, c := range w.allocated.Spec.Containers {
+			if r, ok := allocated[c.Name]; ok {
+				w.allocated.Spec.Containers[i].Resources = r
+			}
+		}
+	}
+	for _, c := range w.allocated.Spec.Containers {
 		w.containers = append(w.containers, &container{spec: c, lifecycle: lifecycle{name: c.Name,
 			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
 			done: finishedForGood(pod, previous[c.Name], false)},

@@ -45,6 +45,12 @@ func (w *worker) recordLocal(pod *corev1.Pod) {
 		Status: s, StartAttempts: map[string]int32{}}
 	for _, c := range w.containers {
 		rec.StartAttempts[c.spec.Name] = c.startAttempts
+		if !c.init && !c.ephemeral {
+			if rec.Allocated == nil {
+				rec.Allocated = map[string]corev1.ResourceRequirements{}
+			}
+			rec.Allocated[c.spec.Name] = c.spec.Resources
+		}
 		if c.livenessKills > 0 {
 			if rec.LivenessKills == nil {
 				rec.LivenessKills = map[string]int32{}

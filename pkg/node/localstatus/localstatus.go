@@ -56,6 +56,11 @@ type Pod struct {
 	// stopped because the liveness probe failed: a restart the agent
 	// caused, which a crash loop is not.
 	LivenessKills map[string]int32 `json:"livenessKills,omitempty"`
+	// Allocated are, per regular container, the resources the agent
+	// allocated to it (the kubelet's allocation checkpoint): an in-place
+	// resize still waiting for room is not taken as allocated by the next
+	// agent.
+	Allocated map[string]corev1.ResourceRequirements `json:"allocated,omitempty"`
 }
 
 // Read returns the record kept in podDir, or nil when there is none. A record
