@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -31,20 +32,24 @@ func (w *worker) imageVolumes(pod *corev1.Pod) volume.ImageMounter {
 	if imgs == nil || !w.opts.Runtime.Isolated() {
 		return nil
 	}
-	// The pod's setup is tried at every sync: a failed pull is tried again
-	// after startRetry, as a container's start, so that its events (and the
-	// pull backoff's) are not sent every second.
+	// The pod's setup is tried at every sync: a failed pull, lease or mount
+	// is tried again after startRetry, as a container's start, so that its
+	// events (and the pull backoff's) are not sent every second.
 	type failure struct {
 		err       error
 		notBefore time.Time
 	}
 	failed := map[string]failure{}
 	return func(ctx context.Context, name string, src *corev1.ImageVolumeSource, target string) error {
+		// Resolved once per pod: one a previous agent mounted stays, with
+		// its lease, and is not pulled again.
+		if mounted, err := mountinfo.Mounted(target); err == nil && mounted {
+			return nil
+		}
 		if f, ok := failed[name]; ok && time.Now().Before(f.notBefore) {
 			return f.err
 		}
-		ref := &corev1.Container{Name: name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
-		img, err := imgs.ensure(ctx, pod, ref, func() []corev1.Secret { return w.host.pullSecrets(ctx, pod) },
+		err := mountImageVolume(ctx, imgs, pod, name, src, target, func() []corev1.Secret { return w.host.pullSecrets(ctx, pod) },
 			func(eventType, reason, format string, args ...any) {
 				w.host.event(pod, eventType, reason, format, args...)
 			})
@@ -54,11 +59,23 @@ func (w *worker) imageVolumes(pod *corev1.Pod) volume.ImageMounter {
 			return err
 		}
 		delete(failed, name)
-		if err := imgs.store.Lease(imageVolumeLease(pod, name), img.Image); err != nil {
-			return fmt.Errorf("leasing the image's layers: %w", err)
-		}
-		return runtime.MountLayersReadOnly(target, filepath.Join(filepath.Dir(target), "."+name+"-empty"), img.layers)
+		return nil
 	}
+}
+
+// mountImageVolume pulls the image of pod's volume name as its policy says,
+// leases its layers and mounts them read-only at target.
+func mountImageVolume(ctx context.Context, imgs *imageService, pod *corev1.Pod, name string, src *corev1.ImageVolumeSource, target string,
+	secrets func() []corev1.Secret, event func(eventType, reason, format string, args ...any)) error {
+	ref := &corev1.Container{Name: name, Image: src.Reference, ImagePullPolicy: src.PullPolicy}
+	img, err := imgs.ensure(ctx, pod, ref, secrets, event)
+	if err != nil {
+		return err
+	}
+	if err := imgs.store.Lease(imageVolumeLease(pod, name), img.Image); err != nil {
+		return fmt.Errorf("leasing the image's layers: %w", err)
+	}
+	return runtime.MountLayersReadOnly(target, filepath.Join(filepath.Dir(target), "."+name+"-empty"), img.layers)
 }
 
 // releaseImageVolumes gives back the layers of pod's image volumes, once

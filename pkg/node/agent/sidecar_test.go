@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -138,18 +141,76 @@ func TestWorkerHooks(t *testing.T) {
 		t.Fatalf("after a failed postStart hook: %+v, want the run ended and restarted", s)
 	}
 
-	// The hooks pass: the run goes on, and its stop runs the preStop hook.
+	// The hooks pass: the run goes on, and its stop runs the preStop hook
+	// first.
+	marker := filepath.Join(t.TempDir(), "prestop")
 	pod = pod.DeepCopy()
 	pod.Spec.Containers[0].Lifecycle.PostStart.Exec.Command = []string{"true"}
-	pod.Spec.Containers[0].Lifecycle.PreStop.Exec.Command = []string{"true"}
-	w2 := newFakeWorker(newFakeHost(), &fakeRuntime{}, t.TempDir(), pod, true)
+	pod.Spec.Containers[0].Lifecycle.PreStop.Exec.Command = []string{"sh", "-c", "sleep 0.2; touch " + marker}
+	rt2 := &fakeRuntime{}
+	w2 := newFakeWorker(newFakeHost(), rt2, t.TempDir(), pod, true)
 	w2.sync(ctx, pod, now)
 	if s := statusOf(w2, pod); s.State.Running == nil {
 		t.Fatalf("with hooks that pass: %+v, want running", s.State)
 	}
+	hooked := false
+	rt2.last().onStop = func() { _, err := os.Stat(marker); hooked = err == nil }
 	start := time.Now()
 	w2.stopAll(pod, 5*time.Second)
 	if s := statusOf(w2, pod); s.State.Terminated == nil || time.Since(start) > 4*time.Second {
 		t.Fatalf("stopped after %v: %+v", time.Since(start), s.State)
+	}
+	if !hooked {
+		t.Error("the run was stopped before its preStop hook had run")
+	}
+}
+
+// TestPostStartEndsWithDeletion: a postStart hook that does not end is cut
+// short when the pod is deleted with a grace period, so that the deletion
+// goes on.
+func TestPostStartEndsWithDeletion(t *testing.T) {
+	pod := fakePod(corev1.RestartPolicyAlways)
+	pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "30"}}}}
+	h := newFakeHost()
+	w := newFakeWorker(h, &fakeRuntime{}, t.TempDir(), pod, true)
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	timer := time.AfterFunc(300*time.Millisecond, func() { w.update(deleting) })
+	defer timer.Stop()
+	start := time.Now()
+	w.sync(context.Background(), pod, start)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("sync held %v by a postStart hook of a pod being deleted", d)
+	}
+	if slices.Contains(h.reasons(), "FailedPostStartHook") {
+		t.Error("a hook cut by the deletion was reported as failed")
+	}
+}
+
+// TestSidecarsEndWithFailedInit: a sidecar before an init container that
+// fails for good (restartPolicy Never) is stopped and not run again; the
+// pod is Failed.
+func TestSidecarsEndWithFailedInit(t *testing.T) {
+	pod := fakePod(corev1.RestartPolicyNever)
+	pod.Spec.InitContainers = []corev1.Container{
+		{Name: "s", Command: []string{"proxy"}, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)},
+		{Name: "i", Command: []string{"setup"}},
+	}
+	rt := &fakeRuntime{}
+	w := newFakeWorker(newFakeHost(), rt, t.TempDir(), pod, true)
+	ctx, now := context.Background(), time.Now()
+	w.sync(ctx, pod, now)
+	if got := rt.started(); !slices.Equal(got, []string{"s", "i"}) {
+		t.Fatalf("started %v, want the sidecar then the init container", got)
+	}
+	rt.exitOf(t, "i", 1)
+	w.sync(ctx, pod, now)
+	w.sync(ctx, pod, now.Add(time.Minute))
+	s := w.status(pod)
+	if s.Phase != corev1.PodFailed || s.InitContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("after the init container failed: phase %s, sidecar %+v; want Failed with the sidecar stopped", s.Phase, s.InitContainerStatuses[0].State)
+	}
+	if got := rt.started(); len(got) != 2 {
+		t.Errorf("started %v after the pod failed, want nothing more", got)
 	}
 }

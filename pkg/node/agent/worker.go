@@ -110,6 +110,10 @@ type worker struct {
 	// flight then gives up instead of holding up the stop.
 	writes     context.Context
 	stopWrites context.CancelFunc
+	// hooks ends when the pod starts terminating (deleted, gracefully or
+	// not, or retired): a postStart hook under way gives up then.
+	hooks    context.Context
+	endHooks context.CancelFunc
 }
 
 // statusWriteTimeout bounds one status write. Our clients send
@@ -123,6 +127,7 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 	w := &worker{host: h, opts: o, key: podKey(pod), wake: make(chan struct{}, 1), pod: pod, allocated: pod, static: static, startTime: metav1.Now()}
 	w.write = w.writeStatus
 	w.writes, w.stopWrites = context.WithCancel(context.Background())
+	w.hooks, w.endHooks = context.WithCancel(context.Background())
 	w.finished = make(chan struct{})
 	// An agent restart keeps counting: from the node's own record first
 	// (a static pod has no other while the API server is away), else from
@@ -180,11 +185,12 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 	// initialized, and its sidecars restart without holding it back; once
 	// they all ended for good, the sidecars ended with them.
 	w.initialized = slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
-		p := previous[c.Name].State
-		return p.Running != nil || p.Terminated != nil
+		p := previous[c.Name]
+		return p.State.Running != nil || p.State.Terminated != nil || p.RestartCount > 0 || p.LastTerminationState.Terminated != nil
 	})
-	if w.initialized && w.allEnded() {
-		w.sidecarsEnded = true
+	if w.terminal() {
+		// The sidecars of a pod that ended keep the ends a previous agent
+		// reported; sync stops any run of theirs that goes on.
 		for _, c := range w.containers {
 			if t := previous[c.name].State.Terminated; c.sidecar && t != nil {
 				c.done = t.DeepCopy()
@@ -241,6 +247,9 @@ func (w *worker) update(pod *corev1.Pod) {
 	w.mu.Lock()
 	w.pod = pod
 	w.mu.Unlock()
+	if pod.DeletionTimestamp != nil {
+		w.endHooks() // a postStart hook under way must not hold the deletion
+	}
 	w.poke()
 }
 
@@ -250,6 +259,7 @@ func (w *worker) retire() {
 	w.mu.Lock()
 	w.retiring = true
 	w.mu.Unlock()
+	w.endHooks()
 	w.endWrites()
 	w.poke()
 }
@@ -258,6 +268,7 @@ func (w *worker) delete() {
 	w.mu.Lock()
 	w.gone = true
 	w.mu.Unlock()
+	w.endHooks()
 	w.endWrites()
 	w.poke()
 }
@@ -412,6 +423,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			return
 		}
 	}
+	w.endSidecarsOfTerminal(ctx, pod, now)
 	// Init containers run one after the other: one that must end holds the
 	// rest back until it succeeded, a sidecar until it started. Once the
 	// pod was initialized, only its sidecars run again.
@@ -438,9 +450,7 @@ func (w *worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			w.step(ctx, pod, c, now)
 		}
 	}
-	if !w.sidecarsEnded && w.initialized && w.allEnded() {
-		w.endSidecars(pod)
-	}
+	w.endSidecarsOfTerminal(ctx, pod, now)
 	w.write(ctx, pod)
 	w.recordLocal(pod)
 }
@@ -467,19 +477,39 @@ func (w *worker) sidecarStarted(c *container) bool {
 	return c.phase == phaseRunning && (c.spec.StartupProbe == nil || w.verdict(c, probe.Startup))
 }
 
-// endSidecars stops the pod's sidecars once its regular containers ended
-// for good, in reverse order, as the kubelet does: the pod is then
-// Succeeded or Failed by its regular containers alone.
-func (w *worker) endSidecars(pod *corev1.Pod) {
+// terminal reports whether the pod ended for good: its regular containers
+// all ended for good, or an init container that must end failed and may not
+// run again. Its sidecars do not run then.
+func (w *worker) terminal() bool {
+	if w.allEnded() {
+		return true
+	}
+	return slices.ContainsFunc(w.containers, func(c *container) bool {
+		return c.init && !c.sidecar && c.state() == stateTerminated && c.done.ExitCode != 0
+	})
+}
+
+// endSidecarsOfTerminal stops the pod's sidecars once the pod is terminal,
+// in reverse order, as the kubelet does: the pod is then Succeeded or
+// Failed by its other containers alone. A sidecar a previous agent left
+// running is adopted first, so that it is stopped too.
+func (w *worker) endSidecarsOfTerminal(ctx context.Context, pod *corev1.Pod, now time.Time) {
+	if w.sidecarsEnded || !w.terminal() {
+		return
+	}
 	w.sidecarsEnded = true
 	var sidecars []*container
 	for _, c := range w.containers {
-		if c.sidecar {
-			sidecars = append(sidecars, c)
+		if !c.sidecar {
+			continue
 		}
+		if c.phase == phaseNew {
+			w.adopt(ctx, pod, c, now)
+		}
+		sidecars = append(sidecars, c)
 	}
 	if len(sidecars) > 0 {
-		klog.V(2).InfoS("Stopping the sidecars of a pod whose containers ended", "pod", klog.KObj(pod), "sidecars", len(sidecars))
+		klog.V(2).InfoS("Stopping the sidecars of a pod that ended", "pod", klog.KObj(pod), "sidecars", len(sidecars))
 		w.stopFor(pod, sidecars, gracePeriod(pod))
 	}
 }
@@ -555,7 +585,7 @@ func (w *worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev ev
 			// Stopping (the preStop hook included) takes up to the grace
 			// period; the end wakes the worker, which restarts the
 			// container then.
-			stop, deadline := w.stopperOf(pod, c), now.Add(gracePeriod(pod))
+			stop, deadline := w.stopperOf(pod, c, true), now.Add(killGrace(pod, c))
 			go func() {
 				stop.stop(deadline, true, nil)
 				w.poke()

@@ -36,11 +36,16 @@ type fakeRun struct {
 	started time.Time
 	// stopMessage is the runtime's message on the end of a stopped run.
 	stopMessage string
+	// onStop, when set, runs as the run is stopped.
+	onStop func()
 }
 
 func (r *fakeRun) ID() string           { return "fake://" + r.id }
 func (r *fakeRun) StartedAt() time.Time { return r.started }
 func (r *fakeRun) Stop(time.Duration) {
+	if r.onStop != nil {
+		r.onStop()
+	}
 	r.Finish(runtime.Exit{ExitCode: 143, Signal: "SIGTERM", Message: r.stopMessage, StartedAt: r.started, FinishedAt: r.started.Add(time.Second)})
 }
 

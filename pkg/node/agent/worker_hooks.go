@@ -42,8 +42,8 @@ func (w *worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) {
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if w.writes != nil {
-		defer context.AfterFunc(w.writes, cancel)()
+	if w.hooks != nil {
+		defer context.AfterFunc(w.hooks, cancel)()
 	}
 	msg, err := w.hookRunner(pod, c, lc.PostStart)(hctx)
 	if err == nil || hctx.Err() != nil {
@@ -55,6 +55,6 @@ func (w *worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) {
 	hookFailures.WithLabelValues("postStart").Inc()
 	w.host.event(pod, corev1.EventTypeWarning, "FailedPostStartHook", "%s", msg)
 	w.host.event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed its postStart hook, will be stopped", c.spec.Name)
-	w.stopperOf(pod, c).stop(time.Now().Add(gracePeriod(pod)), true, nil)
+	w.stopperOf(pod, c, true).stop(time.Now().Add(gracePeriod(pod)), true, nil)
 	w.ended(ctx, pod, c, time.Now())
 }

@@ -167,7 +167,7 @@ func (w *worker) status(pod *corev1.Pod) corev1.PodStatus {
 	}
 	old := pod.Status
 	s := *old.DeepCopy()
-	s.Phase = podstatus.Phase(pod, initStatuses, statuses)
+	s.Phase = podstatus.Phase(pod, initStatuses, statuses, w.initialized)
 	s.InitContainerStatuses, s.ContainerStatuses, s.EphemeralContainerStatuses = initStatuses, statuses, ephemeralStatuses
 	s.HostIP, s.HostIPs = w.opts.NodeIP, []corev1.HostIP{{IP: w.opts.NodeIP}}
 	if len(w.setup.ips) > 0 {

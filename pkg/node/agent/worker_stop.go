@@ -102,7 +102,8 @@ func (w *worker) stopRuns(pod *corev1.Pod, cs []*container, grace time.Duration)
 			continue
 		default:
 		}
-		stop := w.stopperOf(pod, c)
+		// A run being killed (liveness, resize) has had its preStop hook.
+		stop := w.stopperOf(pod, c, c.phase != phaseKilling)
 		after := make([]chan struct{}, 0, len(turns[i]))
 		for _, k := range turns[i] {
 			after = append(after, ended[k])
@@ -147,10 +148,11 @@ type stopper struct {
 	event   func(eventType, reason, format string, args ...any)
 }
 
-// stopperOf returns the stopper of c's current run.
-func (w *worker) stopperOf(pod *corev1.Pod, c *container) stopper {
+// stopperOf returns the stopper of c's current run, which runs its preStop
+// hook if preStop says so.
+func (w *worker) stopperOf(pod *corev1.Pod, c *container, preStop bool) stopper {
 	s := stopper{name: c.spec.Name, run: c.run, event: func(t, r, f string, a ...any) { w.host.event(pod, t, r, f, a...) }}
-	if lc := c.spec.Lifecycle; lc != nil && lc.PreStop != nil {
+	if lc := c.spec.Lifecycle; lc != nil && lc.PreStop != nil && preStop {
 		s.preStop = w.hookRunner(pod, c, lc.PreStop)
 	}
 	return s
@@ -180,6 +182,16 @@ func (s stopper) stop(deadline time.Time, graceful bool, after []chan struct{}) 
 		left = max(left, minStopGrace)
 	}
 	s.run.Stop(max(left, 0))
+}
+
+// killGrace is how long a run stopped for a failed liveness probe or a
+// resize has: the liveness probe's terminationGracePeriodSeconds when it
+// sets one, as the kubelet's, else the pod's.
+func killGrace(pod *corev1.Pod, c *container) time.Duration {
+	if p := c.spec.LivenessProbe; p != nil && p.TerminationGracePeriodSeconds != nil && !c.resizeRestart {
+		return time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+	}
+	return gracePeriod(pod)
 }
 
 func gracePeriod(pod *corev1.Pod) time.Duration {

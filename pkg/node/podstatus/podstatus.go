@@ -149,8 +149,10 @@ func Initialized(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatu
 // again); sidecars (init containers with restartPolicy Always) hold it Pending
 // until they started, unless a regular container ran already, and count as
 // running but never as ended; regular containers decide the rest, each under
-// its own restart policy if it has one, else the pod's.
-func Phase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) corev1.PodPhase {
+// its own restart policy if it has one, else the pod's. initialized says
+// the node ran a regular container of the pod already (a sidecar that
+// restarts then does not make the pod Pending again).
+func Phase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus, initialized bool) corev1.PodPhase {
 	pendingInit, pendingSidecars, failedInitForGood := 0, 0, 0
 	var running, waiting, stopped, stoppedForGood, succeeded, unknown int
 	for _, c := range pod.Spec.InitContainers {
@@ -222,7 +224,7 @@ func Phase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) cor
 		return corev1.PodFailed
 	}
 	switch {
-	case pendingInit > 0 || pendingSidecars > 0 && !anyRegularStarted(pod, statuses) || waiting > 0:
+	case pendingInit > 0 || pendingSidecars > 0 && !initialized && !anyRegularStarted(pod, statuses) || waiting > 0:
 		return corev1.PodPending
 	case running > 0 && unknown == 0:
 		return corev1.PodRunning

@@ -137,7 +137,7 @@ func TestSidecarConditions(t *testing.T) {
 			corev1.ConditionTrue, corev1.ConditionTrue, ""},
 	}
 	for _, tt := range tests {
-		phase := Phase(p, tt.init, tt.main)
+		phase := Phase(p, tt.init, tt.main, false)
 		if got := Initialized(p, tt.init, tt.main, phase); got.Status != tt.initialized {
 			t.Errorf("%s: Initialized = %+v, want %v", tt.name, got, tt.initialized)
 		}
@@ -163,41 +163,45 @@ func TestPhase(t *testing.T) {
 		return pd
 	}
 	tests := []struct {
-		name       string
-		pod        *corev1.Pod
-		init, main []corev1.ContainerStatus
-		want       corev1.PodPhase
+		name        string
+		pod         *corev1.Pod
+		init, main  []corev1.ContainerStatus
+		want        corev1.PodPhase
+		initialized bool
 	}{
-		{"nothing yet", withPolicy(corev1.RestartPolicyAlways), nil, nil, corev1.PodPending},
-		{"running", withPolicy(corev1.RestartPolicyAlways), nil, []corev1.ContainerStatus{ready("a", false)}, corev1.PodRunning},
-		{"init running", withPolicy(corev1.RestartPolicyAlways, "i"), nil, nil, corev1.PodPending},
-		{"init failed, Never", withPolicy(corev1.RestartPolicyNever, "i"), []corev1.ContainerStatus{terminated("i", 1)}, nil, corev1.PodFailed},
-		{"init failed, Always", withPolicy(corev1.RestartPolicyAlways, "i"), []corev1.ContainerStatus{terminated("i", 1)}, nil, corev1.PodPending},
-		{"init done, main running", withPolicy(corev1.RestartPolicyAlways, "i"), []corev1.ContainerStatus{terminated("i", 0)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning},
-		{"exit 0, Never", withPolicy(corev1.RestartPolicyNever), nil, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded},
-		{"exit 1, Never", withPolicy(corev1.RestartPolicyNever), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodFailed},
-		{"exit 0, OnFailure", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded},
-		{"exit 1, OnFailure: restarting", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodRunning},
-		{"crash loop, Always", withPolicy(corev1.RestartPolicyAlways), nil, []corev1.ContainerStatus{waitingAfterCrash}, corev1.PodRunning},
+		{"nothing yet", withPolicy(corev1.RestartPolicyAlways), nil, nil, corev1.PodPending, false},
+		{"running", withPolicy(corev1.RestartPolicyAlways), nil, []corev1.ContainerStatus{ready("a", false)}, corev1.PodRunning, false},
+		{"init running", withPolicy(corev1.RestartPolicyAlways, "i"), nil, nil, corev1.PodPending, false},
+		{"init failed, Never", withPolicy(corev1.RestartPolicyNever, "i"), []corev1.ContainerStatus{terminated("i", 1)}, nil, corev1.PodFailed, false},
+		{"init failed, Always", withPolicy(corev1.RestartPolicyAlways, "i"), []corev1.ContainerStatus{terminated("i", 1)}, nil, corev1.PodPending, false},
+		{"init done, main running", withPolicy(corev1.RestartPolicyAlways, "i"), []corev1.ContainerStatus{terminated("i", 0)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning, false},
+		{"exit 0, Never", withPolicy(corev1.RestartPolicyNever), nil, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded, false},
+		{"exit 1, Never", withPolicy(corev1.RestartPolicyNever), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodFailed, false},
+		{"exit 0, OnFailure", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded, false},
+		{"exit 1, OnFailure: restarting", withPolicy(corev1.RestartPolicyOnFailure), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodRunning, false},
+		{"crash loop, Always", withPolicy(corev1.RestartPolicyAlways), nil, []corev1.ContainerStatus{waitingAfterCrash}, corev1.PodRunning, false},
 		// Sidecars (upstream's getPhase).
-		{"sidecar not started: pending", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, nil, corev1.PodPending},
+		{"sidecar not started: pending", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, nil, corev1.PodPending, false},
 		{"sidecar started, main waiting", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, false)},
-			[]corev1.ContainerStatus{{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}}}, corev1.PodPending},
-		{"main running with sidecar", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning},
-		{"sidecar restarting after init: still running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning},
-		{"main done, sidecar still running: running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodRunning},
-		{"main done, sidecar stopped by signal: succeeded", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 143)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded},
-		{"main failed, sidecar stopped: failed", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 0)}, []corev1.ContainerStatus{terminated("a", 2)}, corev1.PodFailed},
+			[]corev1.ContainerStatus{{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}}}, corev1.PodPending, false},
+		{"main running with sidecar", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning, false},
+		{"sidecar restarting after init: still running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)}, []corev1.ContainerStatus{ready("a", true)}, corev1.PodRunning, false},
+		{"sidecar restarting, app crash-looping, initialized before: running", sidecarPod(corev1.RestartPolicyAlways), []corev1.ContainerStatus{terminated("i", 0), sidecar(false, false)},
+			[]corev1.ContainerStatus{{Name: "a", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}},
+			corev1.PodRunning, true},
+		{"main done, sidecar still running: running", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), sidecar(true, true)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodRunning, false},
+		{"main done, sidecar stopped by signal: succeeded", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 143)}, []corev1.ContainerStatus{terminated("a", 0)}, corev1.PodSucceeded, false},
+		{"main failed, sidecar stopped: failed", sidecarPod(corev1.RestartPolicyNever), []corev1.ContainerStatus{terminated("i", 0), terminated("s", 0)}, []corev1.ContainerStatus{terminated("a", 2)}, corev1.PodFailed, false},
 		// A container's own restartPolicy (ContainerRestartRules).
 		{"container Never under pod Always: failed", func() *corev1.Pod {
 			pd := withPolicy(corev1.RestartPolicyAlways)
 			never := corev1.ContainerRestartPolicyNever
 			pd.Spec.Containers[0].RestartPolicy = &never
 			return pd
-		}(), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodFailed},
+		}(), nil, []corev1.ContainerStatus{terminated("a", 1)}, corev1.PodFailed, false},
 	}
 	for _, tt := range tests {
-		if got := Phase(tt.pod, tt.init, tt.main); got != tt.want {
+		if got := Phase(tt.pod, tt.init, tt.main, tt.initialized); got != tt.want {
 			t.Errorf("%s: Phase = %v, want %v", tt.name, got, tt.want)
 		}
 	}
