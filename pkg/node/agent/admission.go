@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 )
 
 // ReasonNodePorts is the kubelet's reason for a pod rejected because a
@@ -39,61 +42,24 @@ func insufficient(name corev1.ResourceName, requested, used, capacity int64) str
 	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", name, requested, used, capacity)
 }
 
-// hostPort is one port a pod holds on the node.
-type hostPort struct {
-	ip       string // "" for every address
-	protocol corev1.Protocol
-	port     int32
-}
-
-// hostPortsOf are the host ports pod holds while it runs: those of its
-// containers and sidecars (an init container that ends holds none), as the
-// scheduler's NodePorts counts them.
-func hostPortsOf(pod *corev1.Pod) []hostPort {
-	var out []hostPort
-	containers := append([]corev1.Container{}, pod.Spec.Containers...)
-	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			containers = append(containers, c)
-		}
-	}
-	for _, c := range containers {
-		for _, p := range c.Ports {
-			if p.HostPort <= 0 {
-				continue
-			}
-			ip := p.HostIP
-			if ip == "0.0.0.0" || ip == "::" {
-				ip = ""
-			}
-			proto := p.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			out = append(out, hostPort{ip: ip, protocol: proto, port: p.HostPort})
-		}
-	}
-	return out
-}
-
 // hostPortsConflict reports whether a host port of pod is held by one of
-// others: the same protocol and port on the same address, or on every
-// address on either side.
+// others, as the scheduler's NodePorts predicate (which the kubelet's
+// admission runs) decides: the ports of their containers and sidecars, the
+// same protocol and port on the same address or on 0.0.0.0.
 func hostPortsConflict(pod *corev1.Pod, others []*corev1.Pod) bool {
-	wanted := hostPortsOf(pod)
+	wanted := schedutil.GetHostPorts(pod)
 	if len(wanted) == 0 {
 		return false
 	}
+	held := fwk.HostPortInfo{}
 	for _, o := range others {
-		for _, held := range hostPortsOf(o) {
-			for _, w := range wanted {
-				if w.port == held.port && w.protocol == held.protocol && (w.ip == "" || held.ip == "" || w.ip == held.ip) {
-					return true
-				}
-			}
+		for _, p := range schedutil.GetHostPorts(o) {
+			held.Add(p.HostIP, string(p.Protocol), p.HostPort)
 		}
 	}
-	return false
+	return slices.ContainsFunc(wanted, func(p corev1.ContainerPort) bool {
+		return held.CheckConflict(p.HostIP, string(p.Protocol), p.HostPort)
+	})
 }
 
 // activePodsLocked are the pods of every worker but the one of UID except

@@ -394,15 +394,14 @@ func shouldRestart(pod *corev1.Pod, name string, init bool, code int32) bool {
 	if init {
 		list = pod.Spec.InitContainers
 	}
-	i := slices.IndexFunc(list, func(c corev1.Container) bool { return c.Name == name })
-	if i < 0 {
-		// Not in the spec (a test's bare pod): the pod's policy.
-		return podutil.ContainerShouldRestart(corev1.Container{}, pod.Spec, code) && !(init && code == 0)
+	var spec corev1.Container // not in the spec: the pod's policy decides
+	if i := slices.IndexFunc(list, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
+		spec = list[i]
 	}
-	if init && !podutil.IsRestartableInitContainer(&list[i]) && code == 0 {
+	if init && !podutil.IsRestartableInitContainer(&spec) && code == 0 {
 		return false
 	}
-	return podutil.ContainerShouldRestart(list[i], pod.Spec, code)
+	return podutil.ContainerShouldRestart(spec, pod.Spec, code)
 }
 
 // exited decides what follows the end term of a run of container s of pod

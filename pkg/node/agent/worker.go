@@ -159,7 +159,7 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
 			done: finishedForGood(pod, previous[c.Name], true)}}
 		if ic.sidecar {
-			ic.readiness, ic.liveness, ic.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
+			ic.readiness, ic.liveness, ic.startup = newTrackers()
 		}
 		w.containers = append(w.containers, ic)
 	}
@@ -174,10 +174,11 @@ func newWorker(h host, o Options, pod *corev1.Pod, static bool) *worker {
 		}
 	}
 	for _, c := range w.allocated.Spec.Containers {
-		w.containers = append(w.containers, &container{spec: c, lifecycle: lifecycle{name: c.Name,
+		rc := &container{spec: c, lifecycle: lifecycle{name: c.Name,
 			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
-			done: finishedForGood(pod, previous[c.Name], false)},
-			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
+			done: finishedForGood(pod, previous[c.Name], false)}}
+		rc.readiness, rc.liveness, rc.startup = newTrackers()
+		w.containers = append(w.containers, rc)
 	}
 	w.previous, w.attempts = previous, attempts
 	w.addEphemeral(pod)
@@ -218,11 +219,12 @@ func (w *worker) addEphemeral(pod *corev1.Pod) {
 		if t := prev.State.Terminated; t != nil {
 			done = t.DeepCopy()
 		}
-		w.containers = append(w.containers, &container{spec: corev1.Container(ec.EphemeralContainerCommon), target: ec.TargetContainerName,
-			lifecycle: lifecycle{name: ec.Name, ephemeral: true, restarts: prev.RestartCount, startAttempts: w.attempts[ec.Name], done: done},
-			// The API refuses probes on ephemeral containers: trackers that
-			// never hear of one pass.
-			readiness: probe.NewTracker(probe.Readiness), liveness: probe.NewTracker(probe.Liveness), startup: probe.NewTracker(probe.Startup)})
+		e := &container{spec: corev1.Container(ec.EphemeralContainerCommon), target: ec.TargetContainerName,
+			lifecycle: lifecycle{name: ec.Name, ephemeral: true, restarts: prev.RestartCount, startAttempts: w.attempts[ec.Name], done: done}}
+		// The API refuses probes on ephemeral containers: trackers that
+		// never hear of one pass.
+		e.readiness, e.liveness, e.startup = newTrackers()
+		w.containers = append(w.containers, e)
 	}
 }
 

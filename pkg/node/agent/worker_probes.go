@@ -18,7 +18,7 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 	// Probe goroutines of the previous run may still report: trackers are
 	// only ever touched under the lock.
 	w.mu.Lock()
-	c.readiness, c.liveness, c.startup = probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
+	c.readiness, c.liveness, c.startup = newTrackers()
 	w.mu.Unlock()
 	spec, run, ip := c.spec, c.run, w.setup.ips[0]
 	start := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
@@ -63,6 +63,12 @@ func (w *worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 	start(probe.Startup, spec.StartupProbe, c.startup)
 	start(probe.Readiness, spec.ReadinessProbe, c.readiness)
 	start(probe.Liveness, spec.LivenessProbe, c.liveness)
+}
+
+// newTrackers returns the readiness, liveness and startup trackers of a
+// container whose probes have not run yet.
+func newTrackers() (readiness, liveness, startup *probe.Tracker) {
+	return probe.NewTracker(probe.Readiness), probe.NewTracker(probe.Liveness), probe.NewTracker(probe.Startup)
 }
 
 func (w *worker) verdict(c *container, kind probe.Kind) bool {

@@ -58,7 +58,7 @@ func hookGet(ctx context.Context, get *corev1.HTTPGetAction, host string, c *cor
 	if err != nil {
 		return err
 	}
-	resp, err := httpClient().Do(req.WithContext(ctx))
+	resp, err := httpClient.Do(req.WithContext(ctx))
 	if err != nil {
 		return err
 	}
