@@ -75,7 +75,10 @@ func run(ctx context.Context, runs int, timeout time.Duration) error {
 	}
 	dataDir := filepath.Join(work, ".steadyplane")
 	// No retries during the run: each bad rollout is judged once.
-	args, cleanup := testenv.UpArgs(dataDir, ports, 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h")
+	args, cleanup := testenv.UpArgs(dataDir, ports, 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h",
+		// One kube-proxy per machine (its nftables table is the host's): the
+		// fallback needs none.
+		"--proxy=false")
 	defer func() {
 		cleanup()
 		os.RemoveAll(work)

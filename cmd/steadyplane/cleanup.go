@@ -26,7 +26,7 @@ func newCleanupCommand() *cobra.Command {
 a crash, a power cut while the data directory was on a surviving disk): its processes
 (etcd, the API server, the node agent, container monitors), every container the node agent
 ran, every mount under the data directory (pod root filesystems, namespaces), and the
-pods' bridge. The data stays unless --remove-data: the next "up" continues from it.`,
+pods' bridge and kube-proxy's rules. The data stays unless --remove-data: the next "up" continues from it.`,
 		Example: `  sudo steadyplane cleanup --data-dir .steadyplane
   sudo steadyplane cleanup --remove-data   # and rm -rf .steadyplane`,
 		Args: cobra.NoArgs,
@@ -69,6 +69,15 @@ pods' bridge. The data stays unless --remove-data: the next "up" continues from 
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "removed bridge %s\n", bridge)
 			}
+			// kube-proxy leaves its rules when it stops, as upstream's does
+			// (a restarted proxy takes them over); upstream's own
+			// cleanup removes every mode's.
+			if os.Geteuid() == 0 {
+				if err := cleanupProxyRules(); err != nil {
+					return err
+				}
+				fmt.Fprintln(out, "removed kube-proxy's rules")
+			}
 			if removeData {
 				if err := os.RemoveAll(abs); err != nil {
 					return err
@@ -82,4 +91,17 @@ pods' bridge. The data stays unless --remove-data: the next "up" continues from 
 	cmd.Flags().StringVar(&bridge, "cni-bridge", bridge, "The pods' bridge that `up` made (its --cni-bridge).")
 	cmd.Flags().BoolVar(&removeData, "remove-data", false, "Also remove the data directory (the cluster's state, certificates and images).")
 	return cmd
+}
+
+// cleanupProxyRules runs upstream kube-proxy's --cleanup (nftables,
+// iptables and IPVS rules) in a process of its own: it exits when done.
+func cleanupProxyRules() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command(self, "proxy", "--cleanup").CombinedOutput(); err != nil {
+		return fmt.Errorf("removing kube-proxy's rules (steadyplane proxy --cleanup): %v: %s", err, out)
+	}
+	return nil
 }

@@ -114,7 +114,7 @@ func newContainerExitedCommand() *cobra.Command {
 
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
-	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true}
+	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true, ResolverConfig: "/etc/resolv.conf"}
 	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile string
 	evictionHard := maps.Clone(agent.DefaultEvictionHard)
 	apiPort := 10250
@@ -231,6 +231,9 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")
 	fs.Var(cliflag.NewLangleSeparatedMapStringString(&evictionHard), "eviction-hard", "Hard eviction thresholds, as the kubelet's (e.g. memory.available<100Mi,nodefs.available<10%): below one the Node reports MemoryPressure, DiskPressure or PIDPressure and the agent evicts a pod every 10s, BestEffort and pods over their requests first, never static or critical pods. Signals: memory.available, nodefs.available, imagefs.available, pid.available; a value of 0% or 100% turns one off, as the kubelet's; giving the flag replaces every default.")
+	fs.IPSliceVar(&o.ClusterDNS, "cluster-dns", nil, "The cluster's DNS servers (comma-separated), as the kubelet's: ClusterFirst pods resolve with them; without, ClusterFirst falls back to Default with a MissingClusterDNS event. `up` gives the kube-dns Service's address.")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", "", "The cluster's DNS domain (e.g. cluster.local), as the kubelet's: ClusterFirst pods search <namespace>.svc.<domain>, svc.<domain> and <domain>, and a pod with a subdomain is <hostname>.<subdomain>.<namespace>.svc.<domain>.")
+	fs.StringVar(&o.ResolverConfig, "resolv-conf", o.ResolverConfig, "The node's resolver file, as the kubelet's: Default pods get its servers and search path, and ClusterFirst pods' search path extends with its; empty for none.")
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))

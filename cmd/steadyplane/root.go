@@ -31,6 +31,8 @@ Start a single-node control plane in ./.steadyplane with:
 		apiserver.NewCommand(),
 		newControllerManagerCommand(),
 		newSchedulerCommand(),
+		newProxyCommand(),
+		newDNSCommand(),
 		newCertsCommand(),
 		newNodeCommand(),
 		newContainerExitedCommand(),

@@ -24,7 +24,7 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	if err != nil {
 		return controlplane.Options{}, err
 	}
-	ports, err := FreePorts(9)
+	ports, err := FreePorts(11)
 	if err != nil {
 		return controlplane.Options{}, err
 	}
@@ -33,6 +33,11 @@ func ControlPlaneOptions(dataDir string, out io.Writer) (controlplane.Options, e
 	o.Binary = bin
 	o.APIServerPort, o.EtcdClientPort, o.EtcdPeerPort, o.NodeMetricsPort, o.ReadinessWebhookPort = ports[0], ports[1], ports[2], ports[3], ports[4]
 	o.NodeAPIPort, o.ControllerManagerPort, o.SchedulerPort, o.OperatorMetricsPort = ports[5], ports[6], ports[7], ports[8]
+	o.ProxyHealthzPort, o.ProxyMetricsPort = ports[9], ports[10]
+	// One kube-proxy per machine: its nftables table is the host's, and
+	// test packages run at once. The tests of Services start their own.
+	o.Proxy = false
+	o.DNS = false
 	// A pod range and bridge of this control plane's own: test packages
 	// run at once, and two nodes must never hand out the same address.
 	o.PodCIDR = fmt.Sprintf("10.245.%d.0/24", ports[0]%250)

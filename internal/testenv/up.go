@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,7 +15,7 @@ import (
 )
 
 // UpPorts is how many free loopback ports UpArgs takes.
-const UpPorts = 9
+const UpPorts = 11
 
 // UpArgs is the argument list of "steadyplane up" with its data in dataDir,
 // every listener on one of ports (FreePorts(UpPorts)), and a pod range
@@ -23,6 +25,11 @@ const UpPorts = 9
 // removes the bridge; it is for after up has stopped.
 func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra ...string) (args []string, cleanup func()) {
 	bridge := fmt.Sprintf("%s%d", bridgePrefix, ports[0])
+	// The node's resolver file names no server: CoreDNS forwards nothing
+	// off the machine (names outside the cluster fail at once).
+	resolv := filepath.Join(filepath.Dir(dataDir), "resolv.conf")
+	_ = os.MkdirAll(filepath.Dir(resolv), 0o700)
+	_ = os.WriteFile(resolv, []byte("# steadyplane tests: no nameserver, nothing resolved off the machine\n"), 0o644)
 	args = []string{"up",
 		"--data-dir", dataDir,
 		"--apiserver-port", strconv.Itoa(ports[0]),
@@ -34,12 +41,20 @@ func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra .
 		"--controller-manager-port", strconv.Itoa(ports[6]),
 		"--scheduler-port", strconv.Itoa(ports[7]),
 		"--operator-metrics-port", strconv.Itoa(ports[8]),
+		"--proxy-healthz-port", strconv.Itoa(ports[9]),
+		"--proxy-metrics-port", strconv.Itoa(ports[10]),
 		"--pod-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
 		"--cni-bridge", bridge,
+		"--resolv-conf", resolv,
 	}
 	return append(args, extra...), func() {
 		CleanNode(filepath.Join(dataDir, "node"))
 		_ = exec.Command("ip", "link", "del", bridge).Run()
+		// A stopped kube-proxy leaves its rules, which DNAT to pods
+		// that are gone.
+		if bin, err := Binary(); err == nil && os.Geteuid() == 0 && !slices.Contains(extra, "--proxy=false") {
+			_ = exec.Command(bin, "proxy", "--cleanup").Run()
+		}
 	}
 }
 

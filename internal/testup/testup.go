@@ -20,6 +20,9 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
+// ServiceCIDR is up's default service range, which the walkthroughs use.
+const ServiceCIDR = "10.96.0.0/16"
+
 // Up is a running "steadyplane up".
 type Up struct {
 	cmd    *exec.Cmd
@@ -30,7 +33,7 @@ type Up struct {
 	done   chan struct{}
 }
 
-// Start runs "steadyplane up" on ports (Setup's nine) with extra flags; the
+// Start runs "steadyplane up" on ports (Setup's) with extra flags; the
 // test's cleanup kills it if it still runs and removes its pods and bridge.
 func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up {
 	t.Helper()
@@ -209,6 +212,13 @@ func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (co
 	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
+	// The walkthroughs reach Services: what kube-proxy did not rewrite
+	// must not leave the machine.
+	undrop, err := testenv.DropServiceRange(ServiceCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(undrop)
 	up := Start(t, bin, dataDir, ports, upArgs...)
 	up.WaitUp(t, 4*time.Minute)
 	t.Cleanup(func() { up.Stop(t) })

@@ -10,7 +10,10 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,6 +37,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	"k8s.io/utils/clock"
+	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcfilter"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
@@ -53,6 +57,10 @@ type Options struct {
 	EnableAlternativeServices bool
 	// AlternativeServicesMaxAge is the "ma" of each advertised API server.
 	AlternativeServicesMaxAge time.Duration
+	// AdditionalBindAddresses are addresses the secure port also listens
+	// on, besides --bind-address: "up" keeps clients on loopback and gives
+	// pods the address on the pod bridge.
+	AdditionalBindAddresses []net.IP
 	// TestUnfinishedPostStartHook adds a post-start hook that never
 	// finishes: a revision that starts and never becomes ready, for the
 	// fallback's tests (a hidden flag).
@@ -83,6 +91,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Send authenticated HTTP/2 clients an Alt-Svc header listing the ready API servers of the default/kubernetes Endpoints, so that clients can fail over without a load balancer (KEP-3037). Nothing is sent while fewer than two API servers are live.")
 	fs.DurationVar(&o.AlternativeServicesMaxAge, "alternative-services-max-age", o.AlternativeServicesMaxAge,
 		"How long a client may keep an advertised API server it has not heard of again (the Alt-Svc ma parameter).")
+	fs.IPSliceVar(&o.AdditionalBindAddresses, "additional-bind-addresses", nil,
+		"Addresses the secure port also listens on, besides --bind-address (comma-separated), e.g. an address pods reach while clients use loopback.")
 	fs.BoolVar(&o.TestUnfinishedPostStartHook, "test-unfinished-post-start-hook", false,
 		"For tests only: add post-start hook "+UnfinishedPostStartHook+", which never finishes, so that the server never becomes ready.")
 	_ = fs.MarkHidden("test-unfinished-post-start-hook")
@@ -171,6 +181,15 @@ as upstream documents it; steadyplane's own flags are listed in their own sectio
 // Run runs the API server until ctx ends, doing app.Run's five steps and
 // installing steadyplane's filters into the configuration in between.
 func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error {
+	if len(sp.AdditionalBindAddresses) > 0 && opts.SecureServing.Listener == nil {
+		ln, err := listenAll(opts.SecureServing.BindAddress, opts.SecureServing.BindPort, sp.AdditionalBindAddresses)
+		if err != nil {
+			return err
+		}
+		// The generic server takes a listener given to it as its own,
+		// and reports the first address as where it serves.
+		opts.SecureServing.Listener = ln
+	}
 	config, err := app.NewConfig(opts)
 	if err != nil {
 		return err
@@ -289,4 +308,21 @@ func withGitVersion(ev basecompatibility.EffectiveVersion, gitVersion string) ba
 		ev = rv.EffectiveVersion
 	}
 	return reportedVersion{EffectiveVersion: ev, gitVersion: gitVersion}
+}
+
+// listenAll listens on port at bind and at each of also (which an
+// unspecified bind address already covers).
+func listenAll(bind net.IP, port int, also []net.IP) (net.Listener, error) {
+	addrs := []string{net.JoinHostPort(bind.String(), strconv.Itoa(port))}
+	for _, ip := range also {
+		if ip.Equal(bind) || bind.IsUnspecified() {
+			continue
+		}
+		addrs = append(addrs, net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	}
+	ln, err := netutils.MultiListen(context.Background(), "tcp", addrs...)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", strings.Join(addrs, ", "), err)
+	}
+	return ln, nil
 }

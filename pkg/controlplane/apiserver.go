@@ -28,7 +28,12 @@ func (cp *ControlPlane) APIServerURL() string {
 }
 
 func (cp *ControlPlane) apiserverArgs() []string {
+	var also []string
+	if cp.bridgeAddress != nil {
+		also = []string{cp.bridgeAddress.String()}
+	}
 	return append(APIServerArgs(cp.pki, APIServer{
+		AdditionalBindAddresses:    also,
 		EtcdServers:                []string{cp.etcdClientURL()},
 		BindAddress:                cp.opts.BindAddress,
 		AdvertiseAddress:           cp.advertise,
@@ -44,8 +49,11 @@ func (cp *ControlPlane) apiserverArgs() []string {
 
 // APIServer is what differs between the API servers of a control plane.
 type APIServer struct {
-	EtcdServers                []string
-	BindAddress                string
+	EtcdServers []string
+	BindAddress string
+	// AdditionalBindAddresses are listened on besides BindAddress, on the
+	// same port.
+	AdditionalBindAddresses    []string
 	AdvertiseAddress           net.IP
 	Port                       int
 	ServiceCIDR                string
@@ -101,6 +109,9 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		// up to 60s for them; a restart (a new revision, "up" stopping)
 		// is then an outage of seconds, not of the 30s stop grace.
 		"--shutdown-send-retry-after=true",
+	}
+	if len(s.AdditionalBindAddresses) > 0 {
+		args = append(args, "--additional-bind-addresses="+strings.Join(s.AdditionalBindAddresses, ","))
 	}
 	if s.AdmissionConfigFile != "" {
 		args = append(args, "--admission-control-config-file="+s.AdmissionConfigFile)

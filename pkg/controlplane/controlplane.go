@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/steadyplane/steadyplane/pkg/clusterdns"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -30,17 +32,24 @@ type ControlPlane struct {
 	pki        *pki.Cluster
 	kubeconfig string
 	advertise  net.IP
-	lock       *os.File
+	// bridgeAddress is the address up put on the pod bridge for the
+	// cluster (see OwnsNodeAddress); nil when it uses the one named.
+	bridgeAddress net.IP
+	lock          *os.File
 	// admissionConfig is the API server's admission configuration file.
 	admissionConfig string
 
-	Etcd, APIServer, ControllerManager, Scheduler, Node, Readiness *Process
+	Etcd, APIServer, ControllerManager, Scheduler, Node, Proxy, Readiness *Process
 
 	// nodeRuntime is the node agent's runtime on this machine (runc or
 	// process); staticPods is set when Run runs the control plane as
 	// static pods on the node agent.
 	nodeRuntime string
 	staticPods  bool
+	// proxyMode is kube-proxy's mode on this machine.
+	proxyMode string
+	// dns is the cluster's DNS, nil without.
+	dns *clusterdns.Config
 	// launcher runs the components: child processes unless Run chooses
 	// static pods.
 	launcher Launcher
@@ -96,6 +105,18 @@ func Prepare(o Options) (*ControlPlane, error) {
 	}
 	if cp.opts.Node {
 		if err := cp.prepareNode(); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
+	if cp.opts.Proxy {
+		if err := cp.prepareProxy(exec.LookPath); err != nil {
+			cp.Close()
+			return nil, err
+		}
+	}
+	if cp.opts.DNS {
+		if err := cp.prepareDNS(); err != nil {
 			cp.Close()
 			return nil, err
 		}

@@ -47,6 +47,9 @@ func prepared(t *testing.T, mutate func(*Options)) *ControlPlane {
 	o := NewOptions()
 	o.DataDir = filepath.Join(t.TempDir(), "sp")
 	o.Binary = "/bin/true"
+	// No bridge, no apt-get: a unit test leaves the machine as it is,
+	// also as root.
+	o.NodeRuntime = "process"
 	mutate(o)
 	cp, err := Prepare(*o)
 	if err != nil {
@@ -215,8 +218,13 @@ func TestComponentManifests(t *testing.T) {
 	}
 	manifests := t.TempDir()
 	components := cp.Components(bin)
-	if len(components) != 5 {
-		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler, readiness controller", len(components))
+	// kube-proxy runs only as root (it programs the packet filter).
+	want := 5
+	if os.Geteuid() == 0 {
+		want = 6
+	}
+	if len(components) != want {
+		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler, readiness controller (and kube-proxy as root)", len(components))
 	}
 	for _, c := range components {
 		if err := WriteManifest(manifests, c.Pod()); err != nil {
@@ -242,10 +250,29 @@ func TestComponentManifests(t *testing.T) {
 		for _, m := range ctr.VolumeMounts {
 			mounted[m.MountPath] = true
 		}
+		if privileged := ctr.SecurityContext != nil && ctr.SecurityContext.Privileged != nil && *ctr.SecurityContext.Privileged; privileged != (c.Name == "kube-proxy") {
+			t.Errorf("%s: privileged %v; only kube-proxy is", c.Name, privileged)
+		}
+		if c.Name == "kube-proxy" && !mounted["/run/xtables.lock"] {
+			t.Errorf("kube-proxy does not share the host's xtables lock: %v", ctr.VolumeMounts)
+		}
 		for _, want := range []string{filepath.Dir(bin), filepath.Join(cp.DataDir(), "pki")} {
-			if c.Name != "kube-scheduler" && !mounted[want] {
+			if c.Name != "kube-scheduler" && c.Name != "kube-proxy" && !mounted[want] {
 				t.Errorf("%s does not mount %s: %v", c.Name, want, ctr.VolumeMounts)
 			}
 		}
+	}
+}
+
+func TestValidateProxy(t *testing.T) {
+	o := NewOptions()
+	o.Node = false
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--proxy needs --node") {
+		t.Errorf("kube-proxy without a node agent: %v", err)
+	}
+	o = NewOptions()
+	o.ProxyHealthzPort = 0
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--proxy-healthz-port=0") {
+		t.Errorf("kube-proxy health port 0: %v", err)
 	}
 }

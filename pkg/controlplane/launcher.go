@@ -65,6 +65,8 @@ func (l processLauncher) process(name string) *Process {
 		return cp.Scheduler
 	case nodeComponent:
 		return cp.Node
+	case proxyComponent:
+		return cp.Proxy
 	case readinessPod:
 		return cp.Readiness
 	}
@@ -111,7 +113,7 @@ func (l processLauncher) Stop(names ...string) {
 // Supervised implements Launcher.
 func (l processLauncher) Supervised() []string {
 	var out []string
-	for _, name := range []string{etcdComponent, apiserverComponent, controllerManagerComponent, schedulerComponent, nodeComponent, readinessPod} {
+	for _, name := range []string{etcdComponent, apiserverComponent, controllerManagerComponent, schedulerComponent, nodeComponent, proxyComponent, readinessPod} {
 		if l.process(name) != nil {
 			out = append(out, name)
 		}
@@ -133,7 +135,7 @@ func newStaticPodLauncher(cp *ControlPlane) (staticPodLauncher, error) {
 		return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
 	}
 	cp.bin = bin
-	stale := []string{controllerManagerComponent, schedulerComponent, readinessPod, operatorPod}
+	stale := []string{controllerManagerComponent, schedulerComponent, proxyComponent, readinessPod, operatorPod}
 	for _, name := range stale {
 		if err := os.Remove(cp.manifestPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return staticPodLauncher{}, err

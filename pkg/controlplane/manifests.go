@@ -26,6 +26,9 @@ import (
 type HostPath struct {
 	Path     string
 	ReadOnly bool
+	// File makes a writable path a file created if missing (a lock
+	// file), not a directory.
+	File bool
 }
 
 // Component is a control-plane component as a static pod.
@@ -41,6 +44,9 @@ type Component struct {
 	// Liveness is an HTTPS GET on 127.0.0.1 that tells it is alive; nil for
 	// none.
 	Liveness *HTTPSCheck
+	// Privileged gives the container every capability and a writable
+	// /proc/sys (kube-proxy programs the node's packet filter).
+	Privileged bool
 }
 
 // HTTPSCheck is a GET https://127.0.0.1:<Port><Path>.
@@ -64,6 +70,9 @@ func (c Component) Pod() *corev1.Pod {
 			// What a component writes (etcd's data, generated certificates)
 			// may not exist before its first start.
 			t := corev1.HostPathDirectoryOrCreate
+			if p.File {
+				t = corev1.HostPathFileOrCreate
+			}
 			source.Type = &t
 		}
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: source}})
@@ -73,6 +82,9 @@ func (c Component) Pod() *corev1.Pod {
 	container := corev1.Container{
 		Name: c.Name, Image: "steadyplane", Command: append([]string{c.Binary}, c.Args...), VolumeMounts: mounts,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	if c.Privileged {
+		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	}
 	if c.Liveness != nil {
 		container.LivenessProbe = &corev1.Probe{
@@ -163,6 +175,12 @@ func (cp *ControlPlane) Components(binary string) []Component {
 		}
 		list = append(list, Component{Name: operatorPod, Binary: binary, Args: args,
 			HostPaths: []HostPath{pki, {Path: kubeconfig, ReadOnly: true}}})
+	}
+	if cp.Proxy != nil {
+		// iptables mode takes the host's xtables lock, as every iptables
+		// user on the machine does.
+		list = append(list, Component{Name: proxyComponent, Binary: binary, Args: cp.Proxy.Args, Privileged: true,
+			HostPaths: []HostPath{{Path: filepath.Join(cp.dataDir, "kube-proxy.kubeconfig"), ReadOnly: true}, {Path: "/run/xtables.lock", File: true}}})
 	}
 	if cp.Readiness != nil {
 		list = append(list, Component{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,

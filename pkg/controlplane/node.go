@@ -54,7 +54,7 @@ func (cp *ControlPlane) prepareNode() error {
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
 		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--registries-config=" + filepath.Join(cp.dataDir, "registries.yaml"),
-		"--seccomp-default", "--pod-max-pids=4096"}
+		"--seccomp-default", "--pod-max-pids=4096", "--cluster-domain=" + cp.opts.ClusterDomain}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from
 		// the machine is installed (as root, with apt-get) before the

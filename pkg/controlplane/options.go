@@ -66,6 +66,25 @@ type Options struct {
 	// PodCIDR is the node's range of pod addresses; CNIBridge the host
 	// bridge pods join.
 	PodCIDR, CNIBridge string
+	// Proxy runs upstream's kube-proxy ("steadyplane proxy") on the node, so
+	// that Services route; it needs the node agent.
+	Proxy bool
+	// ProxyMode is kube-proxy's mode: auto (nftables where the kernel has
+	// it, iptables otherwise), nftables or iptables.
+	ProxyMode string
+	// ProxyHealthzPort and ProxyMetricsPort are kube-proxy's ports on
+	// 127.0.0.1.
+	ProxyHealthzPort, ProxyMetricsPort int
+	// DNS deploys the cluster's DNS (CoreDNS, "steadyplane dns") with the
+	// kube-dns Service at the tenth address of ServiceCIDR; it needs the
+	// runc runtime, kube-proxy and the controllers.
+	DNS bool
+	// ClusterDomain is the cluster's DNS domain.
+	ClusterDomain string
+	// ResolvConf is the node's resolver file (the kubelet's
+	// --resolv-conf); "" chooses /etc/resolv.conf, or systemd-resolved's
+	// file where that names only a loopback stub.
+	ResolvConf string
 	// ReadinessController starts "steadyplane readiness-controller" (the
 	// readiness-gate webhook and the load-balancer-ready gate).
 	ReadinessController bool
@@ -123,6 +142,12 @@ func NewOptions() *Options {
 		PodSecurity:                "baseline",
 		PodCIDR:                    "10.244.0.0/24",
 		CNIBridge:                  "steadyplane0",
+		Proxy:                      true,
+		ProxyMode:                  ProxyModeAuto,
+		ProxyHealthzPort:           10256,
+		ProxyMetricsPort:           10249,
+		DNS:                        true,
+		ClusterDomain:              "cluster.local",
 		ReadinessController:        true,
 		ReadinessWebhookPort:       9443,
 		Fallback:                   fallback.ModeAuto,
@@ -175,6 +200,15 @@ func (o *Options) validate() error {
 	}
 	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
+	}
+	if o.Proxy && !o.Node {
+		errs = append(errs, "--proxy needs --node: kube-proxy programs the node's rules")
+	}
+	if o.Proxy && (o.ProxyHealthzPort < 1 || o.ProxyHealthzPort > 65535 || o.ProxyMetricsPort < 1 || o.ProxyMetricsPort > 65535) {
+		errs = append(errs, fmt.Sprintf("--proxy-healthz-port=%d and --proxy-metrics-port=%d must be ports", o.ProxyHealthzPort, o.ProxyMetricsPort))
+	}
+	if msgs := validation.IsDNS1123Subdomain(o.ClusterDomain); len(msgs) > 0 {
+		errs = append(errs, fmt.Sprintf("--cluster-domain=%q: %s", o.ClusterDomain, strings.Join(msgs, "; ")))
 	}
 	switch o.Fallback {
 	case fallback.ModeAuto, fallback.ModeOff:

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/clusterdns"
 	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 )
@@ -19,13 +20,17 @@ type stage struct {
 // etcd and the API server first, with the node agent (which runs them as
 // static pods, and needs neither to start); the controllers once the API
 // server answers, so that they do not crash-loop (and back off) meanwhile;
-// then the node; the KubeAPIServer operator and the readiness controller
+// then the node; kube-proxy once its Node (which gives it the node's
+// address) is registered; the cluster DNS once kube-proxy routes its
+// Service; the KubeAPIServer operator and the readiness controller
 // last, since both need the controllers' service account tokens and RBAC.
 // Components that are switched off are skipped.
 var startOrder = []stage{
 	{start: []string{etcdComponent, apiserverComponent, nodeComponent}, ready: []string{etcdComponent, apiserverComponent}},
 	{start: []string{controllerManagerComponent, schedulerComponent}, ready: []string{controllerManagerComponent, schedulerComponent}},
 	{ready: []string{nodeComponent}},
+	{start: []string{proxyComponent}, ready: []string{proxyComponent}},
+	{start: []string{dnsComponent}, ready: []string{dnsComponent}},
 	{start: []string{operatorPod}, ready: []string{operatorPod}},
 	{start: []string{readinessPod}, ready: []string{readinessPod}},
 }
@@ -52,6 +57,10 @@ func (cp *ControlPlane) enabled(name string) bool {
 		return cp.Node != nil
 	case operatorPod:
 		return cp.fallbackOn()
+	case proxyComponent:
+		return cp.Proxy != nil
+	case dnsComponent:
+		return cp.dns != nil
 	case readinessPod:
 		return cp.Readiness != nil
 	}
@@ -61,6 +70,8 @@ func (cp *ControlPlane) enabled(name string) bool {
 // beforeStart is what a component needs in the API before it starts.
 func (cp *ControlPlane) beforeStart(ctx context.Context, name string) error {
 	switch name {
+	case dnsComponent:
+		return cp.applyDNS(ctx)
 	case operatorPod:
 		cfg, err := cp.AdminConfig()
 		if err != nil {
@@ -114,6 +125,10 @@ func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
 		return cp.WaitSchedulerReady(ctx)
 	case nodeComponent:
 		return cp.WaitNodeReady(ctx)
+	case proxyComponent:
+		return cp.WaitProxyReady(ctx)
+	case dnsComponent:
+		return cp.WaitDNSReady(ctx)
 	case operatorPod:
 		return cp.waitOperatorReady(ctx)
 	case readinessPod:
@@ -136,6 +151,10 @@ func (cp *ControlPlane) reportReady(name string, d time.Duration) {
 		cp.progressf("%s leader in %.1fs", cp.Scheduler.Name, s)
 	case nodeComponent:
 		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, s, filepath.Join(cp.dataDir, "manifests"))
+	case proxyComponent:
+		cp.progressf("kube-proxy (%s mode) ready in %.1fs", cp.proxyMode, s)
+	case dnsComponent:
+		cp.progressf("cluster DNS ready in %.1fs (Service %s %s, domain %s)", s, clusterdns.ServiceName, cp.dns.ServiceIP, cp.dns.Domain)
 	case operatorPod:
 		cp.progressf("KubeAPIServer operator ready in %.1fs", s)
 	case readinessPod:

@@ -157,7 +157,7 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 		return 0, err
 	}
 
-	undrop, err := dropServiceRange(serviceCIDR)
+	undrop, err := testenv.DropServiceRange(serviceCIDR)
 	if err != nil {
 		return 0, err
 	}
@@ -235,36 +235,6 @@ func progress(logPath string, ended <-chan struct{}) {
 				strings.Count(string(b), "•"), strings.Count(string(b), "[FAILED] in ["))
 		}
 	}
-}
-
-// dropServiceRange drops packets to cidr in OUTPUT and FORWARD (both run
-// after a proxy's DNAT, so rewritten packets pass) and returns the undo.
-// It refuses a range that a route on the machine already uses.
-func dropServiceRange(cidr string) (func(), error) {
-	routes, err := output("", "ip", "-4", "route", "show", "match", cidr)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range strings.Split(routes, "\n") {
-		if r != "" && !strings.HasPrefix(r, "default") {
-			return nil, fmt.Errorf("the service range %s is routed on this machine (%s)", cidr, r)
-		}
-	}
-	rule := []string{"-d", cidr, "-m", "comment", "--comment", "steadyplane conformance: no cluster IP leaves the machine", "-j", "DROP"}
-	var added []string
-	undo := func() {
-		for _, chain := range added {
-			_ = exec.Command("iptables", append([]string{"-D", chain}, rule...)...).Run()
-		}
-	}
-	for _, chain := range []string{"OUTPUT", "FORWARD"} {
-		if out, err := exec.Command("iptables", append([]string{"-I", chain}, rule...)...).CombinedOutput(); err != nil {
-			undo()
-			return nil, fmt.Errorf("iptables -I %s: %v: %s", chain, err, out)
-		}
-		added = append(added, chain)
-	}
-	return undo, nil
 }
 
 func output(dir, name string, args ...string) (string, error) {

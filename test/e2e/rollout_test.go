@@ -50,7 +50,10 @@ func TestRolloutWaitsForTheLoadBalancer(t *testing.T) {
 				t.Fatalf("%s: the 3 pods never all answered", name)
 			}
 		}
-		run(name+", the rollout", "export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig\n"+script[i:])
+		out := run(name+", the rollout", "export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig\n"+script[i:])
+		if !strings.Contains(out, "\nhello\n") {
+			t.Errorf("%s: no pod answered a client through the Service's name:\n%s", name, out)
+		}
 		stop()
 		<-done
 		return s.Result()

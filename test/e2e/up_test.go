@@ -154,7 +154,7 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 		out, _ := testup.Kubectl(t, ctx, kubeconfig, "get", "lease", "-n", "kube-system", lease, "-o", "jsonpath={.spec.holderIdentity}")
 		return strings.TrimSpace(out)
 	}
-	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}, {"readiness-controller", ""}} {
+	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}, {"proxy", ""}, {"readiness-controller", ""}} {
 		pid := componentPid(c.subcommand)
 		if pid == 0 {
 			t.Fatalf("%s process not found", c.subcommand)
@@ -200,8 +200,9 @@ func TestReadmeWalkthroughs(t *testing.T) {
 	}
 
 	var rollouts int
-	var slice, deleted bool
+	var slice, deleted, byName bool
 	for _, l := range run("deployment", deployments) {
+		byName = byName || strings.HasPrefix(l, "web-")
 		if strings.Contains(l, `deployment "web" successfully rolled out`) {
 			rollouts++
 		}
@@ -211,8 +212,8 @@ func TestReadmeWalkthroughs(t *testing.T) {
 		}
 		deleted = deleted || strings.Contains(l, `namespace "demo" deleted`)
 	}
-	if rollouts != 2 || !slice || !deleted {
-		t.Errorf("deployment walkthrough: %d rollouts (want 2), an EndpointSlice with three addresses %v, namespace deleted %v", rollouts, slice, deleted)
+	if rollouts != 2 || !slice || !deleted || !byName {
+		t.Errorf("deployment walkthrough: %d rollouts (want 2), an EndpointSlice with three addresses %v, namespace deleted %v, a pod answered through the Service's name %v", rollouts, slice, deleted, byName)
 	}
 
 	// A pod's service-account token is mounted and the API server accepts it.

@@ -37,10 +37,15 @@ import (
 // hook that never finishes (NotReady, retried). Each asserts that the API
 // answers again on a good revision, the condition, the mirror pod's
 // annotations and the retry decision, and logs the outage.
+// noProxy leaves kube-proxy out of the fallback's clusters: its nftables
+// table is the machine's, and the end-to-end package, which runs at the
+// same time, tests Services with its own.
+const noProxy = "--proxy=false"
+
 func TestStaticPodFallback(t *testing.T) {
 	block := testup.ReadmeBlock(t, "A bad config cannot brick your cluster")
 	ctx, dataDir, run := testup.StartWalkthrough(t, 20*time.Minute,
-		"--fallback-timeout=45s", "--fallback-retry-base=20s", "--fallback-retry-max=1m")
+		"--fallback-timeout=45s", "--fallback-retry-base=20s", "--fallback-retry-max=1m", noProxy)
 	cfg, cs, api := clients(t, dataDir)
 
 	out := run("the README's fallback walkthrough", block)

@@ -26,7 +26,7 @@ import (
 // the revision the status calls current, with no startup monitor left.
 func TestKillMidRollout(t *testing.T) {
 	ctx, dataDir, _ := testup.StartWalkthrough(t, 12*time.Minute,
-		"--fallback-timeout=30s", "--fallback-retry-base=10m", "--fallback-retry-max=1h")
+		"--fallback-timeout=30s", "--fallback-retry-base=10m", "--fallback-retry-max=1h", noProxy)
 	_, cs, api := clients(t, dataDir)
 	layout := revisions.ForDataDir(dataDir, "kube-apiserver")
 

@@ -405,12 +405,15 @@ func TestNodeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		port := fmt.Sprint(ports[0])
+		// The gate dials a hostNetwork pod at its node's address: the
+		// harness's own, on its pod bridge.
+		bind := nodeIP(ctx, t, cs, o.NodeName)
 		web := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"steadyplane.io/load-balancer-port": port, "steadyplane.io/load-balancer-path": "/health.txt"}},
 			// The host's network: the gate checks the pod's address, the node's here.
 			Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, HostNetwork: true, TerminationGracePeriodSeconds: &shortGrace, Volumes: []corev1.Volume{hostDir("www", www)},
 				Containers: []corev1.Container{{
-					Name: "web", Image: "local/python", WorkingDir: "/www", Command: []string{"python3", "-m", "http.server", port, "--bind", "127.0.0.1"},
+					Name: "web", Image: "local/python", WorkingDir: "/www", Command: []string{"python3", "-m", "http.server", port, "--bind", bind},
 					VolumeMounts: []corev1.VolumeMount{{Name: "www", MountPath: "/www"}},
 				}}},
 		}
@@ -654,6 +657,22 @@ func gatedPod(name string, gates ...string) *corev1.Pod {
 var shortGrace = int64(2)
 
 // hostDir is a hostPath volume of a test directory.
+// nodeIP is the InternalIP of the node name.
+func nodeIP(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP: %v", name, n.Status.Addresses)
+	return ""
+}
+
 func hostDir(name, path string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
 }

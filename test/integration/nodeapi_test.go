@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +124,8 @@ func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlan
 	node.CertFile, node.KeyFile, node.CertData, node.KeyData = filepath.Join(dir, "pki", "node-"+o.NodeName+".crt"), filepath.Join(dir, "pki", "node-"+o.NodeName+".key"), nil, nil
 	anonymous := rest.CopyConfig(admin)
 	anonymous.CertData, anonymous.KeyData = nil, nil
-	url := "https://127.0.0.1:" + strconv.Itoa(o.NodeAPIPort) + "/containerLogs/default/api-py/web?tailLines=1"
+	// At the Node's address (the harness's own, on its pod bridge).
+	url := "https://" + net.JoinHostPort(nodeIP(ctx, t, cs, o.NodeName), strconv.Itoa(o.NodeAPIPort)) + "/containerLogs/default/api-py/web?tailLines=1"
 	for _, c := range []struct {
 		who  string
 		cfg  *rest.Config

@@ -39,6 +39,7 @@ import (
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
+	"k8s.io/kubernetes/pkg/kubelet/network/dns"
 	"k8s.io/utils/clock"
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
@@ -107,6 +108,16 @@ type Options struct {
 	// EvictionInterval is how often the node is checked for pressure, as
 	// the kubelet's eviction manager (0: every 10s).
 	EvictionInterval time.Duration
+	// ClusterDNS are the cluster's DNS servers (the kube-dns Service's
+	// cluster IP) that ClusterFirst pods resolve with; none makes
+	// ClusterFirst fall back to Default, with an event, as the kubelet.
+	ClusterDNS []net.IP
+	// ClusterDomain is the cluster's DNS domain (cluster.local): pods'
+	// search path and subdomains.
+	ClusterDomain string
+	// ResolverConfig is the node's resolver file, which Default pods get
+	// and ClusterFirst pods' search path extends ("" for none).
+	ResolverConfig string
 }
 
 // Agent is a running node agent.
@@ -114,6 +125,8 @@ type Agent struct {
 	opts     Options
 	client   kubernetes.Interface
 	recorder record.EventRecorder
+	// dns makes pods' resolv.conf (the kubelet's configurer).
+	dns *dns.Configurer
 
 	mu      sync.Mutex
 	workers map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
@@ -226,7 +239,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
+	a.recorder = recorder
+	a.dns = dns.NewConfigurer(recorder, &corev1.ObjectReference{Kind: "Node", Name: a.opts.NodeName, UID: types.UID(a.opts.NodeName)},
+		[]net.IP{net.ParseIP(a.opts.NodeIP)}, a.opts.ClusterDNS, a.opts.ClusterDomain, a.opts.ResolverConfig)
+	a.dns.CheckLimitsForResolvConf(klog.FromContext(ctx))
 
 	a.staticWake = make(chan struct{}, 1)
 	// Patient: the API server restarts up to three times in seconds when a

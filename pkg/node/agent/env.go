@@ -40,6 +40,9 @@ type envInputs struct {
 	// services are the service variables (serviceEnvVars): the
 	// container's own override them, and they expand in its values.
 	services map[string]string
+	// hostname is the pod's UTS host name (podNames.kernel); "" for the
+	// pod's name.
+	hostname string
 }
 
 // containerEnv returns the environment of container c of pod, as the
@@ -109,7 +112,11 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 			env = append(env, k+"="+in.services[k])
 		}
 	}
-	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + podHostname(pod)}), env)
+	hostname := in.hostname
+	if hostname == "" {
+		hostname = truncateHostname(pod.Name)
+	}
+	env = mergeEnv(mergeEnv(base, []string{"HOSTNAME=" + hostname}), env)
 	return env, func(s string) string { return expansion.Expand(s, mapping) }, nil
 }
 

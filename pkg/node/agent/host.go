@@ -50,6 +50,8 @@ type host interface {
 	// pullSecrets returns the pod's image pull secrets that can be read;
 	// one that cannot is left out with an event, as the kubelet does.
 	pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secret
+	// podDNS returns the pod's resolv.conf by its dnsPolicy.
+	podDNS(ctx context.Context, pod *corev1.Pod) ([]byte, error)
 }
 
 var _ host = (*Agent)(nil)
@@ -88,4 +90,8 @@ func (a *Agent) pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secre
 		out = append(out, *s)
 	}
 	return out
+}
+
+func (a *Agent) podDNS(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
+	return podDNS(ctx, a.dns, pod)
 }

@@ -28,12 +28,26 @@ func TestHostsFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pod.DeepCopy()
 			p.Spec.HostNetwork = tc.hostNetwork
-			if got := string(hostsFile(p, []string{"10.244.0.5", "fd00::5"}, node)); got != tc.want {
+			if got := string(hostsFile(p, []string{"10.244.0.5", "fd00::5"}, podNames{hostname: "web", kernel: "web"}, node)); got != tc.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tc.want)
 			}
 		})
 	}
-	if got := string(hostsFile(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, []string{"10.0.0.1"}, nil)); strings.Contains(got, "HostAliases") {
+	if got := string(hostsFile(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, []string{"10.0.0.1"}, podNames{hostname: "p", kernel: "p"}, nil)); strings.Contains(got, "HostAliases") {
 		t.Errorf("no aliases, yet a section for them:\n%s", got)
+	}
+}
+
+// TestHostsFileWithSubdomain: a pod with a subdomain is named in its domain
+// first, as the kubelet's managedHostsFileContent.
+func TestHostsFileWithSubdomain(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "shop"}, Spec: corev1.PodSpec{Hostname: "web-0", Subdomain: "web"}}
+	names, err := namesOf(pod, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(hostsFile(pod, []string{"10.244.0.5"}, names, nil))
+	if want := "10.244.0.5\tweb-0.web.shop.svc.cluster.local\tweb-0\n"; !strings.HasSuffix(got, want) {
+		t.Errorf("got\n%s\nwant it to end with %q", got, want)
 	}
 }

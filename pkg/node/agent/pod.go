@@ -27,6 +27,8 @@ type podSetup struct {
 	sandbox *runtime.Sandbox
 	ips     []string
 	volumes *volume.Volumes
+	// names are the pod's host name and domain.
+	names *podNames
 	// hostFiles are the pod's /etc/hosts, /etc/hostname and /etc/resolv.conf.
 	hostFiles []runtime.Mount
 	// volumesAt is when the API's volumes were last written again.
@@ -51,8 +53,11 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		w.setup.warned = true
 		w.host.event(pod, corev1.EventTypeWarning, "NotIsolated", "This node runs containers as host processes (--runtime=%s): the pod shares the host's network, files and the agent's user, and gets no service-account token mounted", rt.Name())
 	}
+	if _, err := namesOf(pod, w.opts.ClusterDomain); err != nil {
+		return fmt.Errorf("%w: %v", errConfig, err)
+	}
 	if w.setup.sandbox == nil {
-		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), podHostname(pod), pod.Spec.HostNetwork)
+		sb, err := rt.CreateSandbox(string(pod.UID), filepath.Join(w.podDir(pod), "sandbox"), w.names(pod).kernel, pod.Spec.HostNetwork)
 		if err != nil {
 			return fmt.Errorf("creating the pod sandbox: %w", err)
 		}
@@ -72,7 +77,11 @@ func (w *worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		}
 	}
 	if rt.Isolated() && w.setup.hostFiles == nil {
-		files, err := writeHostFiles(filepath.Join(w.podDir(pod), "etc"), pod, w.setup.ips)
+		resolv, err := w.host.podDNS(ctx, pod)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errConfig, err)
+		}
+		files, err := writeHostFiles(filepath.Join(w.podDir(pod), "etc"), pod, w.setup.ips, w.names(pod), resolv)
 		if err != nil {
 			return err
 		}
@@ -131,9 +140,23 @@ func (w *worker) teardownPod(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// writeHostFiles writes the pod's /etc/hosts, /etc/hostname and a copy of
-// the host's /etc/resolv.conf, as the kubelet does.
-func writeHostFiles(dir string, pod *corev1.Pod, ips []string) ([]runtime.Mount, error) {
+// names are the pod's host name and domain (namesOf), made once; a pod
+// whose names cannot be made (setupPod reports it) is named by its name.
+func (w *worker) names(pod *corev1.Pod) podNames {
+	if w.setup.names == nil {
+		names, err := namesOf(pod, w.opts.ClusterDomain)
+		if err != nil {
+			h := truncateHostname(pod.Name)
+			names = podNames{hostname: h, kernel: h}
+		}
+		w.setup.names = &names
+	}
+	return *w.setup.names
+}
+
+// writeHostFiles writes the pod's /etc/hosts, /etc/hostname and
+// /etc/resolv.conf (resolv, by its DNS policy), as the kubelet does.
+func writeHostFiles(dir string, pod *corev1.Pod, ips []string, names podNames, resolv []byte) ([]runtime.Mount, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -141,16 +164,12 @@ func writeHostFiles(dir string, pod *corev1.Pod, ips []string) ([]runtime.Mount,
 	if err != nil {
 		nodeHosts = nil
 	}
-	resolv, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		resolv = nil
-	}
 	files := []struct {
 		name, dest string
 		data       []byte
 	}{
-		{"hosts", "/etc/hosts", hostsFile(pod, ips, nodeHosts)},
-		{"hostname", "/etc/hostname", []byte(podHostname(pod) + "\n")},
+		{"hosts", "/etc/hosts", hostsFile(pod, ips, names, nodeHosts)},
+		{"hostname", "/etc/hostname", []byte(names.kernel + "\n")},
 		{"resolv.conf", "/etc/resolv.conf", resolv},
 	}
 	var mounts []runtime.Mount
@@ -175,10 +194,10 @@ const (
 )
 
 // hostsFile is the pod's /etc/hosts as the kubelet writes it: on the pod
-// network, localhost entries and the pod's addresses with its host name;
-// on the host's, the node's own file (nodeHosts); then the pod's
-// hostAliases.
-func hostsFile(pod *corev1.Pod, ips []string, nodeHosts []byte) []byte {
+// network, localhost entries and the pod's addresses with its host name
+// (and its name in its domain first, with a subdomain); on the host's, the
+// node's own file (nodeHosts); then the pod's hostAliases.
+func hostsFile(pod *corev1.Pod, ips []string, names podNames, nodeHosts []byte) []byte {
 	var b strings.Builder
 	if pod.Spec.HostNetwork {
 		b.WriteString(managedHostsHeaderWithHostNetwork)
@@ -188,7 +207,11 @@ func hostsFile(pod *corev1.Pod, ips []string, nodeHosts []byte) []byte {
 		b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 		b.WriteString("fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
 		for _, ip := range ips {
-			fmt.Fprintf(&b, "%s\t%s\n", ip, podHostname(pod))
+			if names.domain != "" {
+				fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", ip, names.hostname, names.domain, names.hostname)
+			} else {
+				fmt.Fprintf(&b, "%s\t%s\n", ip, names.hostname)
+			}
 		}
 	}
 	if len(pod.Spec.HostAliases) > 0 {
@@ -218,7 +241,7 @@ func (w *worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 	var err error
 	cfg := w.containerRef(pod, c)
 	dir := cfg.Dir
-	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, podHostname(pod), env, spec.WorkingDir
+	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, w.names(pod).kernel, env, spec.WorkingDir
 	if cfg.WorkingDir == "" {
 		cfg.WorkingDir = imgCfg.WorkingDir
 	}
@@ -355,23 +378,9 @@ func (w *worker) env(ctx context.Context, pod *corev1.Pod, c *container, img *pu
 	if err != nil {
 		return nil, nil, err
 	}
-	return containerEnv(ctx, pod, &c.spec, envInputs{podIPs: w.setup.ips, hostIP: w.opts.NodeIP, base: base,
+	return containerEnv(ctx, pod, &c.spec, envInputs{podIPs: w.setup.ips, hostIP: w.opts.NodeIP, base: base, hostname: w.names(pod).kernel,
 		source: w.host.volumeSource(), allocatable: w.host.allocatable(), services: services})
 }
 
 // maxHostnameLen is the longest host name Linux takes (HOST_NAME_MAX).
 const maxHostnameLen = 63
-
-// podHostname is the pod's host name as the kubelet makes it: its
-// spec.hostname, else its name, cut to 63 characters without a trailing
-// "-" or "." (a longer name made sethostname fail).
-func podHostname(pod *corev1.Pod) string {
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
-	}
-	if len(h) > maxHostnameLen {
-		h = strings.TrimRight(h[:maxHostnameLen], "-.")
-	}
-	return h
-}

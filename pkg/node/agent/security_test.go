@@ -114,9 +114,9 @@ func TestPodHostname(t *testing.T) {
 		{strings.Repeat("y", 62) + ".zzz", "", strings.Repeat("y", 62)},
 	}
 	for _, tc := range tests {
-		got := podHostname(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: corev1.PodSpec{Hostname: tc.hostname}})
-		if got != tc.want {
-			t.Errorf("podHostname(%q, %q) = %q, want %q", tc.name, tc.hostname, got, tc.want)
+		names, err := namesOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: corev1.PodSpec{Hostname: tc.hostname}}, "cluster.local")
+		if got := names.kernel; err != nil || got != tc.want || names.hostname != tc.want {
+			t.Errorf("namesOf(%q, %q) = %+v, %v; want %q", tc.name, tc.hostname, names, err, tc.want)
 		}
 	}
 }

@@ -176,6 +176,7 @@ func (h *fakeHost) putLocal(dir string, rec *localstatus.Pod) error          { r
 func (h *fakeHost) forgetLocal(uid types.UID)                                { h.local.Forget(uid) }
 func (h *fakeHost) images() *imageService                                    { return nil }
 func (h *fakeHost) pullSecrets(context.Context, *corev1.Pod) []corev1.Secret { return nil }
+func (h *fakeHost) podDNS(context.Context, *corev1.Pod) ([]byte, error)      { return nil, nil }
 
 // reasons returns the reasons of the events recorded so far, in order.
 func (h *fakeHost) reasons() []string {

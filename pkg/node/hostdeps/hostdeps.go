@@ -1,7 +1,7 @@
 // Package hostdeps is what a node needs from its machine to give pods the
 // whole product (isolation, a pod network, hostPorts and masquerade): runc,
-// conmon (the monitor of each container), the standard CNI plugins and
-// iptables. `up` installs what is missing from
+// conmon (the monitor of each container), the standard CNI plugins,
+// iptables and nft (kube-proxy's). `up` installs what is missing from
 // the distribution's archive, with a progress line, rather than quietly
 // running a lesser cluster: the distribution keeps them patched, which a
 // copy carried in steadyplane's binary would not be.
@@ -66,6 +66,10 @@ func Missing(p Probe) []Dependency {
 	if _, err := p.LookPath("iptables"); err != nil {
 		out = append(out, Dependency{"iptables", "iptables"})
 	}
+	// kube-proxy's nftables mode runs nft.
+	if _, err := p.LookPath("nft"); err != nil {
+		out = append(out, Dependency{"nft", "nftables"})
+	}
 	return out
 }
 
@@ -101,7 +105,7 @@ func Plan(missing []Dependency, root, haveAptGet bool) (install []string, err er
 	case !root:
 		return nil, fmt.Errorf("isolated pods need root and %s, which this machine lacks: run as root (sudo), which installs them, or run `sudo %s` first; --runtime=process runs pods as host processes instead (not isolated)", strings.Join(names, ", "), InstallCommand(pkgs))
 	case !haveAptGet:
-		return nil, fmt.Errorf("isolated pods need %s, which this machine lacks, and there is no apt-get to install them: install runc, conmon, iptables and the CNI plugins (%s) into one of %v; or pass --runtime=process to run pods as host processes (not isolated)", strings.Join(names, ", "), strings.Join(cniPlugins, ", "), podnet.PluginDirs)
+		return nil, fmt.Errorf("isolated pods need %s, which this machine lacks, and there is no apt-get to install them: install runc, conmon, iptables, nftables and the CNI plugins (%s) into one of %v; or pass --runtime=process to run pods as host processes (not isolated)", strings.Join(names, ", "), strings.Join(cniPlugins, ", "), podnet.PluginDirs)
 	}
 	return pkgs, nil
 }

@@ -21,7 +21,7 @@ func probe(have ...string) Probe {
 }
 
 func TestMissingAndPlan(t *testing.T) {
-	all := []string{"runc", "conmon", "iptables", "bridge", "host-local", "loopback", "portmap"}
+	all := []string{"runc", "conmon", "iptables", "nft", "bridge", "host-local", "loopback", "portmap"}
 	tests := []struct {
 		name       string
 		have       []string
@@ -31,13 +31,13 @@ func TestMissingAndPlan(t *testing.T) {
 		wantErrNil bool
 	}{
 		{name: "everything there: nothing to do", have: all, root: true, apt: true, wantErrNil: true},
-		{name: "a fresh Debian machine as root: install the four packages", have: nil, root: true, apt: true,
-			install: []string{"runc", "conmon", "containernetworking-plugins", "iptables"}, wantErrNil: true},
-		{name: "only a CNI plugin missing: its package once", have: []string{"runc", "conmon", "iptables", "bridge", "loopback"}, root: true, apt: true,
+		{name: "a fresh Debian machine as root: install the five packages", have: nil, root: true, apt: true,
+			install: []string{"runc", "conmon", "containernetworking-plugins", "iptables", "nftables"}, wantErrNil: true},
+		{name: "only a CNI plugin missing: its package once", have: []string{"runc", "conmon", "iptables", "nft", "bridge", "loopback"}, root: true, apt: true,
 			install: []string{"containernetworking-plugins"}, wantErrNil: true},
 		{name: "not root: stop with the exact command", have: nil, root: false, apt: true,
-			errHas: "sudo apt-get update && apt-get install -y runc conmon containernetworking-plugins iptables"},
-		{name: "only conmon missing (runc installed by hand): conmon", have: []string{"runc", "iptables", "bridge", "host-local", "loopback", "portmap"}, root: true, apt: true,
+			errHas: "sudo apt-get update && apt-get install -y runc conmon containernetworking-plugins iptables nftables"},
+		{name: "only conmon missing (runc installed by hand): conmon", have: []string{"runc", "iptables", "nft", "bridge", "host-local", "loopback", "portmap"}, root: true, apt: true,
 			install: []string{"conmon"}, wantErrNil: true},
 		{name: "no apt-get: stop saying what to install and where", have: []string{"runc"}, root: true, apt: false,
 			errHas: "/usr/lib/cni"},

@@ -27,6 +27,7 @@ import (
 	_ "k8s.io/kubernetes/pkg/apis/core/install" // the core API in legacyscheme
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	"k8s.io/kubernetes/pkg/capabilities"
 )
 
 // Annotations of static and mirror pods, as the kubelet writes them.
@@ -38,6 +39,13 @@ const (
 
 // MaxManifestSize is the largest manifest read; a larger file is refused.
 const MaxManifestSize = 1 << 20
+
+func init() {
+	// The kubelet's policy: a node runs privileged pods (kube-proxy's, a
+	// CNI's); whether a user may create one is the API server's
+	// admission (--allow-privileged, Pod Security), not the node's.
+	capabilities.Initialize(capabilities.Capabilities{AllowPrivileged: true})
+}
 
 // Parse reads a manifest for node: one v1 Pod in YAML or JSON, decoded,
 // defaulted and validated as the kubelet does (upstream's ValidatePodCreate;

@@ -1,0 +1,116 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/clusterdns"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
+)
+
+// dnsComponent is the cluster's DNS: a Deployment, not a static pod.
+const dnsComponent = "coredns"
+
+// systemdResolvConf is systemd-resolved's list of the real upstream
+// servers, which the kubelet is pointed at where /etc/resolv.conf names
+// only its 127.0.0.53 stub.
+const systemdResolvConf = "/run/systemd/resolve/resolv.conf"
+
+// NodeResolvConf chooses the node's resolver file, which pods with
+// dnsPolicy Default (CoreDNS among them) get: the one given, else
+// /etc/resolv.conf unless it names only a loopback stub and systemd-resolved's
+// file exists (what kubeadm does for the kubelet).
+func NodeResolvConf(given string, etc []byte, systemdExists bool) string {
+	if given != "" {
+		return given
+	}
+	if !clusterdns.HasNameserver(etc) && systemdExists {
+		return systemdResolvConf
+	}
+	return "/etc/resolv.conf"
+}
+
+// prepareDNS decides the cluster's DNS: its Service address and domain
+// for the node agent, the node's resolver file, and the image CoreDNS runs
+// from (this binary, written where the node agent imports images at
+// start). Without the pieces it needs (a pod network, kube-proxy, the
+// controllers) it says so and leaves DNS out.
+func (cp *ControlPlane) prepareDNS() error {
+	switch {
+	case cp.Node == nil || cp.nodeRuntime != "runc":
+		cp.progressf("WARNING: no cluster DNS: it runs as a pod on the pod network, which needs the runc runtime")
+		return nil
+	case cp.Proxy == nil:
+		cp.progressf("WARNING: no cluster DNS: its Service needs kube-proxy")
+		return nil
+	case cp.ControllerManager == nil:
+		cp.progressf("WARNING: no cluster DNS: its Deployment needs the controllers")
+		return nil
+	}
+	ip, err := clusterdns.ServiceIP(cp.opts.ServiceCIDR)
+	if err != nil {
+		return err
+	}
+	etc, _ := os.ReadFile("/etc/resolv.conf")
+	_, err = os.Stat(systemdResolvConf)
+	resolv := NodeResolvConf(cp.opts.ResolvConf, etc, err == nil)
+	upstream, err := os.ReadFile(resolv)
+	if err != nil && cp.opts.ResolvConf != "" {
+		return fmt.Errorf("--resolv-conf=%s: %w", resolv, err)
+	}
+	forward := clusterdns.HasNameserver(upstream)
+	if !forward {
+		cp.progressf("cluster DNS: %s names no nameserver pods can reach; names outside %s will not resolve", resolv, cp.opts.ClusterDomain)
+	}
+	bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
+	if err != nil {
+		return fmt.Errorf("installing the binary for the DNS image: %w", err)
+	}
+	tag := strings.TrimPrefix(filepath.Base(bin), "steadyplane-")
+	ref := "steadyplane.io/steadyplane:" + tag
+	importDir := filepath.Join(cp.dataDir, "images")
+	archive := filepath.Join(importDir, "steadyplane-"+tag+".tar")
+	if _, err := os.Stat(archive); err != nil {
+		start := time.Now()
+		cp.progressf("cluster DNS: writing the image %s (this binary) into %s", ref, importDir)
+		if err := images.WriteExecutableArchive(bin, "/usr/local/bin/steadyplane", ref, archive); err != nil {
+			return fmt.Errorf("the DNS image: %w", err)
+		}
+		cp.progressf("cluster DNS: image written in %.1fs", time.Since(start).Seconds())
+	}
+	// Images of earlier binaries would be imported at every start.
+	old, _ := filepath.Glob(filepath.Join(importDir, "steadyplane-*.tar"))
+	for _, o := range old {
+		if o != archive {
+			_ = os.Remove(o)
+		}
+	}
+	cp.dns = &clusterdns.Config{Domain: cp.opts.ClusterDomain, ServiceIP: ip.String(), Image: ref, Forward: forward, Replicas: 1}
+	cp.Node.Args = append(cp.Node.Args, "--cluster-dns="+ip.String(), "--resolv-conf="+resolv)
+	return nil
+}
+
+// applyDNS writes the DNS's objects into the API.
+func (cp *ControlPlane) applyDNS(ctx context.Context) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	cp.progressf("starting cluster DNS (CoreDNS, Deployment %s/%s, Service %s %s)", clusterdns.Namespace, clusterdns.Name, clusterdns.ServiceName, cp.dns.ServiceIP)
+	return clusterdns.Apply(ctx, client, clusterdns.Objects(*cp.dns))
+}
+
+// WaitDNSReady waits until CoreDNS serves behind the kube-dns Service.
+func (cp *ControlPlane) WaitDNSReady(ctx context.Context) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	return poll(ctx, cp.launcher.Runner(nodeComponent), cp.opts.ReadyTimeout, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+		return clusterdns.Ready(ctx, client)
+	})
+}

@@ -1,0 +1,177 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Proxy modes of kube-proxy that "up" chooses between.
+const (
+	ProxyModeAuto     = "auto"
+	ProxyModeNFTables = "nftables"
+	ProxyModeIPTables = "iptables"
+)
+
+// proxyComponent is kube-proxy's static pod.
+const proxyComponent = "kube-proxy"
+
+// ProxyUser is kube-proxy's identity: upstream's bootstrap policy binds it
+// to the system:node-proxier ClusterRole (read Services, EndpointSlices and
+// Nodes; write Events), and nothing more.
+const ProxyUser = "system:kube-proxy"
+
+// nftablesMinKernel is the oldest kernel kube-proxy's nftables mode
+// accepts (upstream checks for 5.13).
+var nftablesMinKernel = [2]int{5, 13}
+
+// ChooseProxyMode decides kube-proxy's mode from the request (auto,
+// nftables or iptables), the kernel release (uname -r) and which of the nft
+// and iptables programs the machine has. auto prefers nftables, which also
+// drops traffic to cluster IPs no Service owns; iptables mode does not, so a
+// warning says so.
+func ChooseProxyMode(requested, kernel string, haveNFT, haveIPTables bool) (mode, warning string, err error) {
+	nftOK := haveNFT && kernelAtLeast(kernel, nftablesMinKernel)
+	switch requested {
+	case ProxyModeNFTables:
+		if !haveNFT {
+			return "", "", fmt.Errorf("--proxy-mode=nftables needs the nft program (Debian package nftables)")
+		}
+		if !nftOK {
+			return "", "", fmt.Errorf("--proxy-mode=nftables needs Linux %d.%d or later; this kernel is %s (use --proxy-mode=iptables)", nftablesMinKernel[0], nftablesMinKernel[1], kernel)
+		}
+		return ProxyModeNFTables, "", nil
+	case ProxyModeIPTables:
+		if !haveIPTables {
+			return "", "", fmt.Errorf("--proxy-mode=iptables needs the iptables programs (Debian package iptables)")
+		}
+		return ProxyModeIPTables, iptablesWarning, nil
+	case ProxyModeAuto, "":
+		if nftOK {
+			return ProxyModeNFTables, "", nil
+		}
+		if haveIPTables {
+			return ProxyModeIPTables, iptablesWarning, nil
+		}
+		return "", "", fmt.Errorf("kube-proxy needs nft (Linux %d.%d or later) or iptables; this machine has neither (install nftables or iptables, or pass --proxy=false)", nftablesMinKernel[0], nftablesMinKernel[1])
+	}
+	return "", "", fmt.Errorf("--proxy-mode=%q: auto, nftables or iptables", requested)
+}
+
+const iptablesWarning = "kube-proxy runs in iptables mode: traffic to a cluster IP that no Service owns is not dropped on this node"
+
+// kernelAtLeast says whether a release such as "6.1.0-18-amd64" is at least
+// min (major, minor); an unreadable release is not.
+func kernelAtLeast(release string, min [2]int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	digits := func(s string) string { return s[:len(s)-len(strings.TrimLeft(s, "0123456789"))] }
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(digits(parts[1]))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return major > min[0] || major == min[0] && minor >= min[1]
+}
+
+// kernelRelease is uname -r.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// Proxy is what differs between the kube-proxies of a cluster.
+type Proxy struct {
+	// Kubeconfig has the system:kube-proxy credentials.
+	Kubeconfig string
+	// NodeName is the node it programs (its Node gives the node IP).
+	NodeName string
+	// Mode is nftables or iptables.
+	Mode string
+	// ClusterCIDR is the pods' range: traffic from outside it to a
+	// Service is masqueraded.
+	ClusterCIDR string
+	// HealthzPort and MetricsPort are on 127.0.0.1 (upstream's 10256 and
+	// 10249).
+	HealthzPort, MetricsPort int
+}
+
+// ProxyArgs returns the arguments of "steadyplane proxy" (upstream's
+// kube-proxy). The conntrack settings are left as the machine has them
+// (0 means "do not change"): a laptop's kernel tables are not the
+// cluster's to retune.
+func ProxyArgs(p Proxy) []string {
+	return []string{
+		"proxy",
+		"--kubeconfig=" + p.Kubeconfig,
+		"--hostname-override=" + p.NodeName,
+		"--proxy-mode=" + p.Mode,
+		"--cluster-cidr=" + p.ClusterCIDR,
+		"--healthz-bind-address=127.0.0.1:" + strconv.Itoa(p.HealthzPort),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(p.MetricsPort),
+		"--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0",
+		"--conntrack-tcp-timeout-close-wait=0",
+	}
+}
+
+// prepareProxy issues kube-proxy's client certificate and kubeconfig and
+// chooses its mode.
+func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) error {
+	if os.Geteuid() != 0 {
+		cp.progressf("WARNING: kube-proxy needs root to program the packet filter; without it Services' cluster IPs do not route on this node")
+		return nil
+	}
+	_, nftErr := lookPath("nft")
+	_, iptErr := lookPath("iptables-restore")
+	mode, warning, err := ChooseProxyMode(cp.opts.ProxyMode, kernelRelease(), nftErr == nil, iptErr == nil)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		cp.progressf("WARNING: %s", warning)
+	}
+	kubeconfig, err := cp.componentKubeconfig(proxyComponent, ProxyUser)
+	if err != nil {
+		return err
+	}
+	cp.Proxy = &Process{Name: proxyComponent, Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "kube-proxy.log"),
+		Args: ProxyArgs(Proxy{Kubeconfig: kubeconfig, NodeName: cp.opts.NodeName, Mode: mode, ClusterCIDR: cp.opts.PodCIDR,
+			HealthzPort: cp.opts.ProxyHealthzPort, MetricsPort: cp.opts.ProxyMetricsPort})}
+	cp.proxyMode = mode
+	return nil
+}
+
+// WaitProxyReady waits until kube-proxy's /healthz answers 200, which it
+// does once it has programmed the node's rules from the API.
+func (cp *ControlPlane) WaitProxyReady(ctx context.Context) error {
+	url := "http://127.0.0.1:" + strconv.Itoa(cp.opts.ProxyHealthzPort) + "/healthz"
+	client := &http.Client{Timeout: 2 * time.Second}
+	return poll(ctx, cp.launcher.Runner(proxyComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, "healthz " + resp.Status
+		}
+		return true, ""
+	})
+}

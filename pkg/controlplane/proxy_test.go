@@ -1,0 +1,86 @@
+package controlplane
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestChooseProxyMode(t *testing.T) {
+	tests := []struct {
+		name, requested, kernel string
+		nft, ipt                bool
+		mode, errHas            string
+		warns                   bool
+	}{
+		{name: "auto on a new kernel with nft: nftables", requested: "auto", kernel: "6.1.0-18-amd64", nft: true, ipt: true, mode: "nftables"},
+		{name: "auto on exactly 5.13: nftables", requested: "auto", kernel: "5.13.0", nft: true, ipt: true, mode: "nftables"},
+		{name: "auto on 5.10: iptables, with the warning", requested: "auto", kernel: "5.10.0-28-amd64", nft: true, ipt: true, mode: "iptables", warns: true},
+		{name: "auto without nft: iptables", requested: "auto", kernel: "6.8.0", ipt: true, mode: "iptables", warns: true},
+		{name: "auto with neither: a clear stop", requested: "auto", kernel: "6.8.0", errHas: "neither"},
+		{name: "empty means auto", requested: "", kernel: "6.8.0", nft: true, mode: "nftables"},
+		{name: "nftables asked on an old kernel: refused, naming the kernel", requested: "nftables", kernel: "4.19.0", nft: true, errHas: "4.19.0"},
+		{name: "nftables asked without nft: refused, naming the package", requested: "nftables", kernel: "6.8.0", errHas: "nftables"},
+		{name: "iptables asked: iptables, with the warning", requested: "iptables", kernel: "6.8.0", nft: true, ipt: true, mode: "iptables", warns: true},
+		{name: "iptables asked without it", requested: "iptables", kernel: "6.8.0", nft: true, errHas: "Debian package iptables"},
+		{name: "an unreadable kernel release is too old", requested: "auto", kernel: "", nft: true, ipt: true, mode: "iptables", warns: true},
+		{name: "a mode kube-proxy has but up does not choose", requested: "ipvs", kernel: "6.8.0", nft: true, ipt: true, errHas: "auto, nftables or iptables"},
+	}
+	for _, tc := range tests {
+		mode, warning, err := ChooseProxyMode(tc.requested, tc.kernel, tc.nft, tc.ipt)
+		if mode != tc.mode || (warning != "") != tc.warns || (err != nil) != (tc.errHas != "") || err != nil && !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: mode %q, warning %q, err %v; want %q, warning %v, error containing %q", tc.name, mode, warning, err, tc.mode, tc.warns, tc.errHas)
+		}
+	}
+}
+
+func TestKernelAtLeast(t *testing.T) {
+	min := [2]int{5, 13}
+	for release, want := range map[string]bool{
+		"5.13.0": true, "5.13": true, "6.0.0": true, "5.12.19": false, "4.20.0": false, "5.15.0-91-generic": true,
+		"6.18.44-fc-v595": true, "5": false, "x.y": false, "5.13rc1": true, "": false,
+	} {
+		if got := kernelAtLeast(release, min); got != want {
+			t.Errorf("kernelAtLeast(%q) = %v, want %v", release, got, want)
+		}
+	}
+}
+
+func TestOwnsNodeAddress(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Options)
+		root   bool
+		want   bool
+	}{
+		{"the defaults as root: an address on the pod bridge", func(*Options) {}, true, true},
+		{"not root: no bridge can be made", func(*Options) {}, false, false},
+		{"host processes: no pod network", func(o *Options) { o.NodeRuntime = "process" }, true, false},
+		{"no node agent", func(o *Options) { o.Node = false }, true, false},
+		{"a named bind address is used as given", func(o *Options) { o.BindAddress = "10.0.0.1" }, true, false},
+		{"a named advertise address is used as given", func(o *Options) { o.AdvertiseAddress = "10.0.0.1" }, true, false},
+		{"a named node IP is used as given", func(o *Options) { o.NodeIP = "10.0.0.1" }, true, false},
+		{"every address (0.0.0.0) is not loopback only", func(o *Options) { o.BindAddress = "0.0.0.0" }, true, false},
+		{"another loopback address", func(o *Options) { o.BindAddress = "127.0.0.2" }, true, true},
+	}
+	for _, tc := range tests {
+		o := NewOptions()
+		tc.mutate(o)
+		if got := OwnsNodeAddress(*o, tc.root); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestProxyArgs(t *testing.T) {
+	args := ProxyArgs(Proxy{Kubeconfig: "/d/kube-proxy.kubeconfig", NodeName: "n1", Mode: "nftables", ClusterCIDR: "10.244.0.0/24", HealthzPort: 10256, MetricsPort: 10249})
+	for _, want := range []string{"--kubeconfig=/d/kube-proxy.kubeconfig", "--hostname-override=n1", "--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/24",
+		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--conntrack-max-per-core=0"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("kube-proxy args lack %s: %v", want, args)
+		}
+	}
+	if args[0] != "proxy" {
+		t.Errorf("the subcommand comes first: %v", args)
+	}
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/steadyplane/steadyplane/internal/testci"
+
+	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testimage"
+	"github.com/steadyplane/steadyplane/internal/testup"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
+)
+
+// TestServices runs the README's Services walkthrough on "up" and then what
+// a user relies on beyond it: an unowned cluster IP goes nowhere, names
+// resolve through the cluster DNS (which survives kill -9), a Service
+// scaled to zero refuses within 2 s of its endpoints going, kube-proxy killed
+// with -9 comes back while the Service keeps answering, and a pod lists pods
+// through the kubernetes Service with client-go's in-cluster configuration.
+func TestServices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "Services need root: kube-proxy programs the node's packet filter")
+	}
+	block := testup.ReadmeBlock(t, "Services and DNS")
+	ctx, dataDir, script := testup.StartWalkthrough(t, 10*time.Minute)
+	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := testup.Kubectl(t, ctx, kubeconfig, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	// Both pods answered through the cluster IP (uniq -c lines "N hello-..."),
+	// and the node port answered from the machine.
+	out := script("the README's Services walkthrough", block)
+	pods := strings.Fields(kubectl("get", "pods", "-l", "app=hello", "-o", "jsonpath={.items[*].metadata.name}"))
+	for _, pod := range pods {
+		if !strings.Contains(out, " "+pod+"\n") {
+			t.Errorf("pod %s did not answer through the cluster IP:\n%s", pod, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; len(pods) != 2 || (last != pods[0] && last != pods[1]) {
+		t.Errorf("the node port answered %q; want one of the pods %v", last, pods)
+	}
+
+	clusterIP := kubectl("get", "service", "hello", "-o", "jsonpath={.spec.clusterIP}")
+	get := func(ip string) error {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "80"), time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+			return err
+		}
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		if n == 0 {
+			return fmt.Errorf("no answer: %v", err)
+		}
+		return nil
+	}
+	if err := get(clusterIP); err != nil {
+		t.Fatalf("the cluster IP %s does not answer from the machine: %v", clusterIP, err)
+	}
+
+	// An address of the range that no Service owns: dropped by kube-proxy
+	// (a timeout, not a refusal from somewhere off the machine).
+	if err := get("10.96.255.254"); err == nil || !isTimeout(err) {
+		t.Errorf("a cluster IP no Service owns: %v; want a timeout (dropped on the node)", err)
+	}
+
+	// kill -9 of kube-proxy: its rules stay, the Service answers all along,
+	// and the node agent runs it again.
+	proxyPid := func() int {
+		pids := procfs.Find(func(argv []string) bool {
+			return len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == "proxy"
+		})
+		if len(pids) == 0 {
+			return 0
+		}
+		return pids[0]
+	}
+	pid := proxyPid()
+	if pid == 0 {
+		t.Fatal("no kube-proxy process")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	failures, killed := 0, time.Now()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if err := get(clusterIP); err != nil {
+			failures++
+			t.Logf("while kube-proxy was down: %v", err)
+		}
+		again := proxyPid()
+		ready := kubectl("get", "pod", "-n", "kube-system", "kube-proxy-steadyplane", "-o", "jsonpath={.status.containerStatuses[0].ready}/{.status.containerStatuses[0].restartCount}")
+		if again != 0 && again != pid && strings.HasPrefix(ready, "true/") && ready != "true/0" {
+			t.Logf("kube-proxy ready again %v after kill -9", time.Since(killed).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy not back after kill -9 (pid %d -> %d, ready/restarts %s)", pid, again, ready)
+		}
+	}
+	if failures > 0 {
+		t.Errorf("the Service failed %d requests while kube-proxy restarted; want none", failures)
+	}
+
+	// A pod lists pods through the kubernetes Service with client-go's
+	// in-cluster configuration: kubectl, given no kubeconfig, in a pod with
+	// a service account allowed to list.
+	inClusterListsPods(ctx, t, kubectl, dataDir)
+
+	clusterDNS(ctx, t, kubeconfig, kubectl, clusterIP)
+
+	// Scaled to zero: once the EndpointSlice has no serving endpoint, the
+	// cluster IP refuses (rejected on the node) within 2 s.
+	scaled := time.Now()
+	kubectl("scale", "deployment", "hello", "--replicas=0")
+	var emptied time.Time
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if emptied.IsZero() && kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=hello", "-o", "jsonpath={.items[*].endpoints[?(@.conditions.serving==true)].addresses[0]}") == "" {
+			emptied = time.Now()
+		}
+		if err := get(clusterIP); err != nil && isRefused(err) {
+			if emptied.IsZero() {
+				emptied = time.Now()
+			}
+			t.Logf("scaled to 0: refused %v after the scale, %v after the endpoints went", time.Since(scaled).Round(time.Millisecond), time.Since(emptied).Round(time.Millisecond))
+			if d := time.Since(emptied); d > 2*time.Second {
+				t.Errorf("the cluster IP refused %v after its endpoints went; want within 2s", d)
+			}
+			return
+		}
+	}
+	t.Fatalf("the cluster IP of a Service scaled to 0 never refused (endpoints gone at %v)", emptied)
+}
+
+// inClusterListsPods runs "steadyplane kubectl get pods" in a pod of
+// kube-system (the host runtime class runs the installed binary) whose
+// service account may view, with no kubeconfig: client-go's in-cluster
+// configuration, the kubernetes Service's cluster IP and token.
+func inClusterListsPods(ctx context.Context, t *testing.T, kubectl func(...string) string, dataDir string) {
+	t.Helper()
+	binDir := filepath.Join(dataDir, "bin")
+	bins, err := filepath.Glob(filepath.Join(binDir, "steadyplane-*"))
+	if err != nil || len(bins) == 0 {
+		t.Fatalf("no installed binary in %s: %v", binDir, err)
+	}
+	kubectl("create", "rolebinding", "in-cluster-view", "-n", "kube-system", "--clusterrole=view", "--serviceaccount=kube-system:default")
+	manifest := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"in-cluster","namespace":"kube-system"},
+"spec":{"runtimeClassName":"steadyplane-host","restartPolicy":"Never",
+"volumes":[{"name":"bin","hostPath":{"path":%q}}],
+"containers":[{"name":"kubectl","image":"steadyplane","command":[%q,"kubectl","get","pods","-n","kube-system","-o","name"],
+"volumeMounts":[{"name":"bin","mountPath":%q,"readOnly":true}]}]}}`, binDir, bins[0], binDir)
+	f := filepath.Join(t.TempDir(), "in-cluster.json")
+	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("apply", "-f", f)
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		phase := kubectl("get", "pod", "-n", "kube-system", "in-cluster", "-o", "jsonpath={.status.phase}")
+		if phase == "Succeeded" || phase == "Failed" {
+			logs := kubectl("logs", "-n", "kube-system", "in-cluster")
+			if phase != "Succeeded" || !strings.Contains(logs, "pod/kube-proxy-steadyplane") {
+				t.Errorf("in-cluster kubectl: %s, output:\n%s", phase, logs)
+			}
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("the in-cluster pod did not finish: phase %q", phase)
+		}
+	}
+}
+
+// clusterDNS resolves from a pod (busybox's nslookup, through the kube-dns
+// Service): the Service by each of its names, kubernetes.default, a
+// headless Service's pods and an ExternalName's CNAME; then CoreDNS is
+// killed with -9 and answers again.
+func clusterDNS(ctx context.Context, t *testing.T, kubeconfig string, kubectl func(...string) string, clusterIP string) {
+	t.Helper()
+	kubectl("expose", "deployment", "hello", "--name", "hello-headless", "--cluster-ip=None", "--port", "80", "--target-port", "8080")
+	kubectl("create", "service", "externalname", "docs", "--external-name", "docs.example.com")
+	importResolveImage(ctx, t, filepath.Dir(kubeconfig))
+	kubectl("run", "dns-client", "--image=local/resolve:1", "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "600")
+	kubectl("wait", "--for=condition=Ready", "pod/dns-client", "--timeout=120s")
+	inPod := func(args ...string) (string, error) {
+		return testup.Kubectl(t, ctx, kubeconfig, append([]string{"exec", "dns-client", "--"}, args...)...)
+	}
+	podIPs := strings.Fields(kubectl("get", "pods", "-l", "app=hello", "-o", "jsonpath={.items[*].status.podIP}"))
+	// Go's resolver reads the pod's resolv.conf as libc does: the search
+	// path and ndots:5 make "hello" and "hello.default" the Service.
+	out, err := inPod("/resolve", "hello", "hello.default", "hello.default.svc.cluster.local", "kubernetes.default", "hello-headless")
+	if err != nil {
+		t.Errorf("lookups in a pod: %v\n%s", err, out)
+	}
+	want := map[string][]string{"hello": {clusterIP}, "hello.default": {clusterIP}, "hello.default.svc.cluster.local": {clusterIP},
+		"kubernetes.default": {"10.96.0.1"}, "hello-headless": podIPs}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		addrs := f[1:]
+		slices.Sort(addrs)
+		w := slices.Clone(want[f[0]])
+		slices.Sort(w)
+		if !slices.Equal(addrs, w) {
+			t.Errorf("%s resolved to %v in a pod; want %v", f[0], addrs, w)
+		}
+		delete(want, f[0])
+	}
+	if len(want) > 0 {
+		t.Errorf("not looked up: %v\n%s", want, out)
+	}
+	// busybox's own resolver, as a user's "nslookup": the ExternalName's CNAME.
+	if out, _ := inPod("nslookup", "docs.default.svc.cluster.local"); !strings.Contains(out, "canonical name = docs.example.com") {
+		t.Errorf("nslookup of an ExternalName Service: want its CNAME in\n%s", out)
+	}
+	lookup := func(name string) (string, error) { return inPod("/resolve", name) }
+	pids := procfs.Find(func(argv []string) bool {
+		return len(argv) > 1 && argv[0] == "/usr/local/bin/steadyplane" && argv[1] == "dns"
+	})
+	if len(pids) != 1 {
+		t.Fatalf("CoreDNS processes %v; want one", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		out, err := lookup("hello")
+		if err == nil && strings.Contains(out, clusterIP) {
+			t.Logf("CoreDNS answered again %v after kill -9", time.Since(killed).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CoreDNS does not answer after kill -9: %v\n%s", err, out)
+		}
+	}
+}
+
+// importResolveImage makes local/resolve:1 (busybox and /resolve, the Go
+// resolver of testdata/resolve, built static) and imports it into the
+// node's image store of the data directory, offline.
+func importResolveImage(ctx context.Context, t *testing.T, dataDir string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "resolve")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./testdata/resolve")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the resolver: %v\n%s", err, out)
+	}
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := testimage.Busybox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := testimage.Layer([]testimage.File{{Name: "resolve", Mode: 0o755, Body: body}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "resolve.tar")
+	if err := testimage.WriteArchive(archive, img, "local/resolve:1"); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, sp, "images", "import", "--data-dir", dataDir, archive).CombinedOutput(); err != nil {
+		t.Fatalf("importing the resolver image: %v\n%s", err, out)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
