@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/kubernetes/pkg/proxy/iptables"
+	"k8s.io/kubernetes/pkg/proxy/nftables"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -70,13 +74,14 @@ pods' bridge and kube-proxy's rules. The data stays unless --remove-data: the ne
 				fmt.Fprintf(cmd.OutOrStdout(), "removed bridge %s\n", bridge)
 			}
 			// kube-proxy leaves its rules when it stops, as upstream's does
-			// (a restarted proxy takes them over); upstream's own
-			// cleanup removes every mode's.
-			if os.Geteuid() == 0 {
-				if err := cleanupProxyRules(); err != nil {
+			// (a restarted proxy takes them over). Only when this data
+			// directory ran one: the rules are the machine's, not the
+			// directory's.
+			if _, err := os.Stat(filepath.Join(abs, "kube-proxy.kubeconfig")); err == nil && os.Geteuid() == 0 {
+				if err := cleanupProxyRules(cmd.Context()); err != nil {
 					return err
 				}
-				fmt.Fprintln(out, "removed kube-proxy's rules")
+				fmt.Fprintln(out, "removed kube-proxy's rules (nftables table kube-proxy, iptables KUBE-* chains)")
 			}
 			if removeData {
 				if err := os.RemoveAll(abs); err != nil {
@@ -93,15 +98,17 @@ pods' bridge and kube-proxy's rules. The data stays unless --remove-data: the ne
 	return cmd
 }
 
-// cleanupProxyRules runs upstream kube-proxy's --cleanup (nftables,
-// iptables and IPVS rules) in a process of its own: it exits when done.
-func cleanupProxyRules() error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
+// cleanupProxyRules removes kube-proxy's nftables and iptables rules with
+// upstream's own cleanup (not its IPVS one, which would flush every IPVS
+// service of the machine).
+func cleanupProxyRules(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	if out, err := exec.Command(self, "proxy", "--cleanup").CombinedOutput(); err != nil {
-		return fmt.Errorf("removing kube-proxy's rules (steadyplane proxy --cleanup): %v: %s", err, out)
+	nft := nftables.CleanupLeftovers(ctx)
+	ipt := iptables.CleanupLeftovers(ctx)
+	if nft || ipt {
+		return errors.New("removing kube-proxy's rules failed (see the log above); the next kube-proxy takes them over, or remove them with nft and iptables")
 	}
 	return nil
 }

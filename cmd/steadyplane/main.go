@@ -4,12 +4,22 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"k8s.io/component-base/cli"
+
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 )
 
 func main() {
+	// kube-proxy and CoreDNS build their clients with client-go alone:
+	// their kubeconfigs name this provider to fail over between API
+	// servers.
+	if err := altsvcclient.RegisterAuthProvider(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if isKubectl(os.Args) {
 		os.Exit(runKubectl(os.Args))
 	}

@@ -51,7 +51,7 @@ refused.`,
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "Range of pod addresses; must overlap no route of the host.")
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
-	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (127.0.0.1).")
+	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (as root with runc and the API server on loopback, the address up puts on the pods' bridge, the first of --pod-cidr).")
 	fs.BoolVar(&o.StaticPods, "static-pods", o.StaticPods, "Run etcd, the API server, the controller manager and the scheduler as static pods on the node agent (needs the runc runtime; otherwise, or when false, as child processes of up).")
 	fs.BoolVar(&o.Controllers, "controllers", o.Controllers, "Run the controller manager and the scheduler.")
 	fs.IntVar(&o.ControllerManagerPort, "controller-manager-port", o.ControllerManagerPort, "Secure port of the controller manager on 127.0.0.1 (health, metrics).")

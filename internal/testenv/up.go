@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,9 +50,10 @@ func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra .
 		CleanNode(filepath.Join(dataDir, "node"))
 		_ = exec.Command("ip", "link", "del", bridge).Run()
 		// A stopped kube-proxy leaves its rules, which DNAT to pods
-		// that are gone.
-		if bin, err := Binary(); err == nil && os.Geteuid() == 0 && !slices.Contains(extra, "--proxy=false") {
-			_ = exec.Command(bin, "proxy", "--cleanup").Run()
+		// that are gone: "steadyplane cleanup" removes them (and what
+		// else the run left).
+		if bin, err := Binary(); err == nil && os.Geteuid() == 0 {
+			_ = exec.Command(bin, "cleanup", "--data-dir", dataDir, "--cni-bridge", bridge).Run()
 		}
 	}
 }

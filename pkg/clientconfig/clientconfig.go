@@ -100,3 +100,17 @@ func WriteKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.K
 	}
 	return pki.WriteKubeconfigFile(path, cfg)
 }
+
+// WriteProviderKubeconfig is WriteKubeconfig for a program that builds its
+// client from the kubeconfig with client-go alone (upstream kube-proxy):
+// its user names altsvcclient's auth provider, which turns both options on
+// from this file. Only a binary that registered the provider can use it.
+func WriteProviderKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error {
+	cfg := pki.KubeconfigFor(server, userName, ca, kp)
+	if err := altsvcclient.SetKubeconfigHosts(cfg.Clusters[pki.KubeconfigCluster], alternatives); err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	cfg.AuthInfos[userName].AuthProvider = &clientcmdapi.AuthProviderConfig{Name: altsvcclient.AuthProviderName,
+		Config: map[string]string{altsvcclient.AuthProviderKubeconfig: path}}
+	return pki.WriteKubeconfigFile(path, cfg)
+}

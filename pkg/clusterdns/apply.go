@@ -19,7 +19,8 @@ const FieldManager = "steadyplane-up"
 
 // Apply writes objs (Objects) with the cluster admin's client: the service
 // account and RBAC as rbacutil does, the rest by server-side apply, so that
-// what a user added to them (more replicas, an annotation) stays.
+// fields the objects leave out stay as a user set them (the Deployment's
+// replicas: one when created, "kubectl scale" after).
 func Apply(ctx context.Context, client kubernetes.Interface, objs []any) error {
 	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: new(bool)}
 	*opts.Force = true
@@ -70,8 +71,12 @@ func Ready(ctx context.Context, client kubernetes.Interface) (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < *d.Spec.Replicas || d.Status.AvailableReplicas < 1 {
-		return false, fmt.Sprintf("deployment %s: %d of %d updated, %d available", Name, d.Status.UpdatedReplicas, *d.Spec.Replicas, d.Status.AvailableReplicas)
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < 1 {
+		return false, fmt.Sprintf("deployment %s: %d of %d updated, %d available", Name, d.Status.UpdatedReplicas, want, d.Status.AvailableReplicas)
 	}
 	slices, err := client.DiscoveryV1().EndpointSlices(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + ServiceName})
 	if err != nil {

@@ -23,8 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	netutils "k8s.io/utils/net"
 	"k8s.io/utils/ptr"
+
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
@@ -60,8 +64,38 @@ type Config struct {
 	// Forward sends names outside the cluster to the node's resolvers;
 	// without (a node with no resolver), such names fail at once instead.
 	Forward bool
-	// Replicas is how many CoreDNS pods run.
-	Replicas int32
+	// APIServer is the URL CoreDNS reaches the API server at, from its
+	// pod, with its service account's token, failing over between
+	// Alternatives (host:port, every API server); "" for client-go's
+	// in-cluster configuration (the kubernetes Service).
+	APIServer    string
+	Alternatives []string
+}
+
+// Where the CoreDNS pod finds its files.
+const (
+	configDir         = "/etc/coredns"
+	kubeconfigPath    = configDir + "/kubeconfig"
+	kubeconfigContext = "steadyplane"
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// Kubeconfig is CoreDNS's kubeconfig: the service account's token and CA
+// as the pod has them, the API servers to fail over between, and the
+// auth provider that does it (steadyplane's binary registers it).
+func Kubeconfig(c Config) (string, error) {
+	cfg := clientcmdapi.NewConfig()
+	cluster := &clientcmdapi.Cluster{Server: c.APIServer, CertificateAuthority: serviceAccountDir + "/ca.crt"}
+	if err := altsvcclient.SetKubeconfigHosts(cluster, c.Alternatives); err != nil {
+		return "", err
+	}
+	cfg.Clusters[kubeconfigContext] = cluster
+	cfg.AuthInfos[Name] = &clientcmdapi.AuthInfo{TokenFile: serviceAccountDir + "/token",
+		AuthProvider: &clientcmdapi.AuthProviderConfig{Name: altsvcclient.AuthProviderName, Config: map[string]string{altsvcclient.AuthProviderKubeconfig: kubeconfigPath}}}
+	cfg.Contexts[kubeconfigContext] = &clientcmdapi.Context{Cluster: kubeconfigContext, AuthInfo: Name}
+	cfg.CurrentContext = kubeconfigContext
+	b, err := clientcmd.Write(*cfg)
+	return string(b), err
 }
 
 // ServiceIP is the kube-dns Service's address: the tenth of the service
@@ -86,13 +120,13 @@ func Corefile(c Config) string {
     }
     ready
     kubernetes %s in-addr.arpa ip6.arpa {
-        pods insecure
+%s        pods insecure
         fallthrough in-addr.arpa ip6.arpa
         ttl 30
     }
     prometheus :%d
     cache 30
-`, c.Domain, MetricsPort)
+`, c.Domain, kubeconfigLine(c), MetricsPort)
 	if c.Forward {
 		b.WriteString(`    loop
     forward . /etc/resolv.conf {
@@ -102,6 +136,15 @@ func Corefile(c Config) string {
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// kubeconfigLine is the kubernetes plugin's kubeconfig option, "" for the
+// in-cluster configuration.
+func kubeconfigLine(c Config) string {
+	if c.APIServer == "" {
+		return ""
+	}
+	return "        kubeconfig " + kubeconfigPath + " " + kubeconfigContext + "\n"
 }
 
 // HasNameserver says whether a resolver file names a server a pod can
@@ -121,8 +164,8 @@ func HasNameserver(resolvConf []byte) bool {
 }
 
 // Objects are the DNS's API objects: its service account and least RBAC,
-// the Corefile, the Deployment and the kube-dns Service.
-func Objects(c Config) []any {
+// the Corefile (and kubeconfig), the Deployment and the kube-dns Service.
+func Objects(c Config) ([]any, error) {
 	labels := map[string]string{"k8s-app": AppLabel, "app.kubernetes.io/managed-by": "steadyplane"}
 	selector := map[string]string{"k8s-app": AppLabel}
 	sa := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
@@ -142,7 +185,14 @@ func Objects(c Config) []any {
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: labels},
 		Data:       map[string]string{"Corefile": Corefile(c)}}
-	sum := sha256.Sum256([]byte(cm.Data["Corefile"]))
+	if c.APIServer != "" {
+		kc, err := Kubeconfig(c)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data["kubeconfig"] = kc
+	}
+	sum := sha256.Sum256([]byte(cm.Data["Corefile"] + cm.Data["kubeconfig"]))
 	corefileHash := hex.EncodeToString(sum[:8])
 	probe := func(path string, port int) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(port), Scheme: corev1.URISchemeHTTP}}}
@@ -151,14 +201,9 @@ func Objects(c Config) []any {
 	liveness.InitialDelaySeconds, liveness.TimeoutSeconds, liveness.FailureThreshold = 60, 5, 5
 	readiness := probe("/ready", ReadyPort)
 	readiness.PeriodSeconds = 1
-	replicas := c.Replicas
-	if replicas < 1 {
-		replicas = 1
-	}
 	deploy := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxUnavailable: ptr.To(intstr.FromInt(0)), MaxSurge: ptr.To(intstr.FromInt(1))}},
@@ -178,7 +223,7 @@ func Objects(c Config) []any {
 						LocalObjectReference: corev1.LocalObjectReference{Name: Name}}}}},
 					Containers: []corev1.Container{{
 						Name: Name, Image: c.Image, ImagePullPolicy: corev1.PullNever,
-						Args: []string{"dns", "-conf", "/etc/coredns/Corefile"},
+						Args: []string{"dns", "-conf", configDir + "/Corefile"},
 						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
 							{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
@@ -186,7 +231,7 @@ func Objects(c Config) []any {
 							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("70Mi")},
 							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 						},
-						VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: configDir, ReadOnly: true}},
 						LivenessProbe:  liveness,
 						ReadinessProbe: readiness,
 						SecurityContext: &corev1.SecurityContext{
@@ -210,5 +255,5 @@ func Objects(c Config) []any {
 				{Name: "metrics", Port: MetricsPort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(MetricsPort)}},
 		},
 	}
-	return []any{sa, role, binding, cm, deploy, svc}
+	return []any{sa, role, binding, cm, deploy, svc}, nil
 }

@@ -114,6 +114,12 @@ func (cp *ControlPlane) prepareControllers() error {
 // componentKubeconfig issues a client certificate for user (from the
 // cluster CA) and writes <name>.kubeconfig with it (0600).
 func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string) (string, error) {
+	return cp.writeComponentKubeconfig(clientconfig.WriteKubeconfig, name, user, groups...)
+}
+
+// writeComponentKubeconfig issues the client certificate and writes the
+// kubeconfig with write.
+func (cp *ControlPlane) writeComponentKubeconfig(write func(path, server, user string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error, name, user string, groups ...string) (string, error) {
 	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
 		Name: name, CommonName: user, Organization: groups, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
@@ -121,7 +127,7 @@ func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string)
 		return "", err
 	}
 	path := filepath.Join(cp.dataDir, name+".kubeconfig")
-	return path, clientconfig.WriteKubeconfig(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
+	return path, write(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
 }
 
 // StartControllers starts the controller manager and the scheduler and

@@ -109,13 +109,13 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	if cp.opts.Proxy {
+	if cp.opts.Proxy && cp.Node != nil {
 		if err := cp.prepareProxy(exec.LookPath); err != nil {
 			cp.Close()
 			return nil, err
 		}
 	}
-	if cp.opts.DNS {
+	if cp.opts.DNS && cp.Node != nil {
 		if err := cp.prepareDNS(); err != nil {
 			cp.Close()
 			return nil, err

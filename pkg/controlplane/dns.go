@@ -3,8 +3,10 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +52,9 @@ func (cp *ControlPlane) prepareDNS() error {
 	case cp.ControllerManager == nil:
 		cp.progressf("WARNING: no cluster DNS: its Deployment needs the controllers")
 		return nil
+	case cp.advertise.IsLoopback() || cp.advertise.IsUnspecified():
+		cp.progressf("WARNING: no cluster DNS: the API server publishes no address pods reach (%s); give --advertise-address", cp.advertise)
+		return nil
 	}
 	ip, err := clusterdns.ServiceIP(cp.opts.ServiceCIDR)
 	if err != nil {
@@ -89,7 +94,12 @@ func (cp *ControlPlane) prepareDNS() error {
 			_ = os.Remove(o)
 		}
 	}
-	cp.dns = &clusterdns.Config{Domain: cp.opts.ClusterDomain, ServiceIP: ip.String(), Image: ref, Forward: forward, Replicas: 1}
+	// CoreDNS reaches the API server at the address it publishes, failing
+	// over between every server listed (one, until more join), not
+	// through the kubernetes Service (kube-proxy's rules).
+	server := net.JoinHostPort(cp.advertise.String(), strconv.Itoa(cp.opts.APIServerPort))
+	cp.dns = &clusterdns.Config{Domain: cp.opts.ClusterDomain, ServiceIP: ip.String(), Image: ref, Forward: forward,
+		APIServer: "https://" + server, Alternatives: []string{server}}
 	cp.Node.Args = append(cp.Node.Args, "--cluster-dns="+ip.String(), "--resolv-conf="+resolv)
 	return nil
 }
@@ -101,7 +111,11 @@ func (cp *ControlPlane) applyDNS(ctx context.Context) error {
 		return err
 	}
 	cp.progressf("starting cluster DNS (CoreDNS, Deployment %s/%s, Service %s %s)", clusterdns.Namespace, clusterdns.Name, clusterdns.ServiceName, cp.dns.ServiceIP)
-	return clusterdns.Apply(ctx, client, clusterdns.Objects(*cp.dns))
+	objs, err := clusterdns.Objects(*cp.dns)
+	if err != nil {
+		return err
+	}
+	return clusterdns.Apply(ctx, client, objs)
 }
 
 // WaitDNSReady waits until CoreDNS serves behind the kube-dns Service.

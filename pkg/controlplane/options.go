@@ -67,7 +67,8 @@ type Options struct {
 	// bridge pods join.
 	PodCIDR, CNIBridge string
 	// Proxy runs upstream's kube-proxy ("steadyplane proxy") on the node, so
-	// that Services route; it needs the node agent.
+	// that Services route; it needs the node agent with the runc runtime
+	// (pods on a pod network) and root.
 	Proxy bool
 	// ProxyMode is kube-proxy's mode: auto (nftables where the kernel has
 	// it, iptables otherwise), nftables or iptables.
@@ -200,9 +201,6 @@ func (o *Options) validate() error {
 	}
 	if o.NodeAPIPort < 1 || o.NodeAPIPort > 65535 {
 		errs = append(errs, fmt.Sprintf("--node-api-port=%d is not a port", o.NodeAPIPort))
-	}
-	if o.Proxy && !o.Node {
-		errs = append(errs, "--proxy needs --node: kube-proxy programs the node's rules")
 	}
 	if o.Proxy && (o.ProxyHealthzPort < 1 || o.ProxyHealthzPort > 65535 || o.ProxyMetricsPort < 1 || o.ProxyMetricsPort > 65535) {
 		errs = append(errs, fmt.Sprintf("--proxy-healthz-port=%d and --proxy-metrics-port=%d must be ports", o.ProxyHealthzPort, o.ProxyMetricsPort))

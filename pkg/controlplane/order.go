@@ -21,17 +21,20 @@ type stage struct {
 // static pods, and needs neither to start); the controllers once the API
 // server answers, so that they do not crash-loop (and back off) meanwhile;
 // then the node; kube-proxy once its Node (which gives it the node's
-// address) is registered; the cluster DNS once kube-proxy routes its
-// Service; the KubeAPIServer operator and the readiness controller
-// last, since both need the controllers' service account tokens and RBAC.
+// address) is registered; the KubeAPIServer operator, whose first act may
+// be to roll out an API server that listens where CoreDNS will reach it (a
+// data directory from an older steadyplane starts its last-known-good
+// revision, which does not); then the cluster DNS; the readiness
+// controller last. The operator, DNS and the readiness controller need the
+// controllers' service account tokens and RBAC.
 // Components that are switched off are skipped.
 var startOrder = []stage{
 	{start: []string{etcdComponent, apiserverComponent, nodeComponent}, ready: []string{etcdComponent, apiserverComponent}},
 	{start: []string{controllerManagerComponent, schedulerComponent}, ready: []string{controllerManagerComponent, schedulerComponent}},
 	{ready: []string{nodeComponent}},
 	{start: []string{proxyComponent}, ready: []string{proxyComponent}},
-	{start: []string{dnsComponent}, ready: []string{dnsComponent}},
 	{start: []string{operatorPod}, ready: []string{operatorPod}},
+	{start: []string{dnsComponent}, ready: []string{dnsComponent}},
 	{start: []string{readinessPod}, ready: []string{readinessPod}},
 }
 

@@ -18,7 +18,8 @@ func (cp *ControlPlane) preparePKI() error {
 	if cp.advertise == nil && OwnsNodeAddress(cp.opts, os.Geteuid() == 0) {
 		// A server on loopback only has no address pods could reach it
 		// at, and Endpoints refuse loopback: it also listens on the pod
-		// bridge's address, which up makes and which leads nowhere else.
+		// bridge's address, which up makes, on no interface that leads off the
+		// machine.
 		gw, err := podnet.EnsureBridge(cp.opts.CNIBridge, cp.opts.PodCIDR)
 		if err != nil {
 			return fmt.Errorf("the node's address on the pod bridge: %w", err)

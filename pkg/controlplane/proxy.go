@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // Proxy modes of kube-proxy that "up" chooses between.
@@ -119,6 +122,10 @@ func ProxyArgs(p Proxy) []string {
 		"--hostname-override=" + p.NodeName,
 		"--proxy-mode=" + p.Mode,
 		"--cluster-cidr=" + p.ClusterCIDR,
+		// Node ports on the node's address only, in either mode
+		// (iptables mode would open them on every address, loopback
+		// and the LAN's included).
+		"--nodeport-addresses=primary",
 		"--healthz-bind-address=127.0.0.1:" + strconv.Itoa(p.HealthzPort),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(p.MetricsPort),
 		"--conntrack-max-per-core=0",
@@ -130,9 +137,12 @@ func ProxyArgs(p Proxy) []string {
 // prepareProxy issues kube-proxy's client certificate and kubeconfig and
 // chooses its mode.
 func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) error {
-	if os.Geteuid() != 0 {
-		cp.progressf("WARNING: kube-proxy needs root to program the packet filter; without it Services' cluster IPs do not route on this node")
+	if os.Geteuid() != 0 || cp.nodeRuntime != "runc" {
+		cp.progressf("WARNING: no kube-proxy: Services route only for pods on a pod network (the runc runtime, as root); their cluster IPs do not route on this node")
 		return nil
+	}
+	if pids := otherProxies(cp.dataDir); len(pids) > 0 {
+		return fmt.Errorf("another kube-proxy runs on this machine (pid %v): two would overwrite each other's rules in the machine's packet filter; stop it, or pass --proxy=false (and --dns=false)", pids)
 	}
 	_, nftErr := lookPath("nft")
 	_, iptErr := lookPath("iptables-restore")
@@ -143,7 +153,9 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 	if warning != "" {
 		cp.progressf("WARNING: %s", warning)
 	}
-	kubeconfig, err := cp.componentKubeconfig(proxyComponent, ProxyUser)
+	// Upstream kube-proxy builds its client from the kubeconfig alone:
+	// the auth provider in it fails over between the API servers listed.
+	kubeconfig, err := cp.writeComponentKubeconfig(clientconfig.WriteProviderKubeconfig, proxyComponent, ProxyUser)
 	if err != nil {
 		return err
 	}
@@ -173,5 +185,17 @@ func (cp *ControlPlane) WaitProxyReady(ctx context.Context) error {
 			return false, "healthz " + resp.Status
 		}
 		return true, ""
+	})
+}
+
+// otherProxies are the kube-proxies of this machine that are not this data
+// directory's: upstream's binary, or another steadyplane's "proxy".
+func otherProxies(dataDir string) []int {
+	return procfs.Find(func(argv []string) bool {
+		if len(argv) == 0 || strings.Contains(strings.Join(argv, "\x00"), dataDir+"/") {
+			return false
+		}
+		base := filepath.Base(argv[0])
+		return base == "kube-proxy" || len(argv) > 1 && argv[1] == "proxy" && strings.HasPrefix(base, "steadyplane")
 	})
 }

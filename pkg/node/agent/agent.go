@@ -175,6 +175,15 @@ func init() {
 
 // New returns an agent that talks to the API server with cfg.
 func New(cfg *rest.Config, o Options) (*Agent, error) {
+	staticpod.AllowPrivileged()
+	if o.ResolverConfig != "" {
+		if _, err := os.Stat(o.ResolverConfig); err != nil {
+			// As before there was a resolver file: pods get an empty one,
+			// not a configuration error each.
+			klog.ErrorS(err, "The node's resolver file cannot be read; pods with dnsPolicy Default get no nameserver", "resolvConf", o.ResolverConfig)
+			o.ResolverConfig = ""
+		}
+	}
 	if o.NodeName == "" {
 		return nil, errors.New("a node name is required")
 	}

@@ -27,6 +27,9 @@ type Dependency struct {
 	What string
 	// Package is the Debian package that provides it.
 	Package string
+	// Optional is installed when it can be, and otherwise done without:
+	// nft (kube-proxy falls back to iptables mode).
+	Optional bool
 }
 
 // Probe looks things up on the machine; the tests give fakes.
@@ -53,22 +56,22 @@ var cniPlugins = podnet.Plugins(true)
 func Missing(p Probe) []Dependency {
 	var out []Dependency
 	if _, err := p.LookPath("runc"); err != nil {
-		out = append(out, Dependency{"runc", "runc"})
+		out = append(out, Dependency{What: "runc", Package: "runc"})
 	}
 	if _, err := p.LookPath("conmon"); err != nil {
-		out = append(out, Dependency{"conmon", "conmon"})
+		out = append(out, Dependency{What: "conmon", Package: "conmon"})
 	}
 	for _, plugin := range cniPlugins {
 		if p.FindPlugin(plugin) != nil {
-			out = append(out, Dependency{"the CNI plugin " + plugin, "containernetworking-plugins"})
+			out = append(out, Dependency{What: "the CNI plugin " + plugin, Package: "containernetworking-plugins"})
 		}
 	}
 	if _, err := p.LookPath("iptables"); err != nil {
-		out = append(out, Dependency{"iptables", "iptables"})
+		out = append(out, Dependency{What: "iptables", Package: "iptables"})
 	}
 	// kube-proxy's nftables mode runs nft.
 	if _, err := p.LookPath("nft"); err != nil {
-		out = append(out, Dependency{"nft", "nftables"})
+		out = append(out, Dependency{What: "nft", Package: "nftables", Optional: true})
 	}
 	return out
 }
@@ -94,6 +97,12 @@ func InstallCommand(packages []string) string {
 // to run. The alternative a user always has is --runtime=process.
 func Plan(missing []Dependency, root, haveAptGet bool) (install []string, err error) {
 	if len(missing) == 0 {
+		return nil, nil
+	}
+	// What cannot be installed here is done without when it may be; the
+	// command suggested installs it all the same.
+	required := slices.DeleteFunc(slices.Clone(missing), func(d Dependency) bool { return d.Optional })
+	if (!root || !haveAptGet) && len(required) == 0 {
 		return nil, nil
 	}
 	names := make([]string, len(missing))
@@ -127,7 +136,7 @@ func Ensure(ctx context.Context, p Probe, progress func(format string, args ...a
 			return fmt.Errorf("apt-get %s: %v\n%s\nrun `%s` yourself, or pass --runtime=process", strings.Join(args, " "), err, out, InstallCommand(pkgs))
 		}
 	}
-	if still := Missing(p); len(still) > 0 {
+	if still := slices.DeleteFunc(Missing(p), func(d Dependency) bool { return d.Optional }); len(still) > 0 {
 		return errors.New("after installing " + strings.Join(pkgs, " ") + ", still missing: " + still[0].What)
 	}
 	progress("installed %s", strings.Join(pkgs, " "))

@@ -41,6 +41,10 @@ func TestMissingAndPlan(t *testing.T) {
 			install: []string{"conmon"}, wantErrNil: true},
 		{name: "no apt-get: stop saying what to install and where", have: []string{"runc"}, root: true, apt: false,
 			errHas: "/usr/lib/cni"},
+		{name: "only nft missing, no apt-get: done without (kube-proxy's iptables mode)", have: []string{"runc", "conmon", "iptables", "bridge", "host-local", "loopback", "portmap"}, root: true, apt: false,
+			wantErrNil: true},
+		{name: "only nft missing, as root with apt-get: installed", have: []string{"runc", "conmon", "iptables", "bridge", "host-local", "loopback", "portmap"}, root: true, apt: true,
+			install: []string{"nftables"}, wantErrNil: true},
 	}
 	for _, tc := range tests {
 		install, err := Plan(Missing(probe(tc.have...)), tc.root, tc.apt)

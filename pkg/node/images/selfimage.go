@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -56,10 +57,7 @@ func ExecutableFiles(path string) ([]string, error) {
 				f.Close()
 				return nil, fmt.Errorf("%s: reading its interpreter: %w", p, err)
 			}
-			interp := string(b[:len(b)-1]) // NUL-terminated
-			if len(b) == 0 {
-				interp = ""
-			}
+			interp := strings.TrimRight(string(b), "\x00") // NUL-terminated
 			if interp != "" && !seen[interp] {
 				seen[interp] = true
 				files = append(files, interp)

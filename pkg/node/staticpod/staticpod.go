@@ -40,10 +40,13 @@ const (
 // MaxManifestSize is the largest manifest read; a larger file is refused.
 const MaxManifestSize = 1 << 20
 
-func init() {
-	// The kubelet's policy: a node runs privileged pods (kube-proxy's, a
-	// CNI's); whether a user may create one is the API server's
-	// admission (--allow-privileged, Pod Security), not the node's.
+// AllowPrivileged sets the kubelet's policy for this process: a node runs
+// privileged pods (kube-proxy's, a CNI's); whether a user may create one
+// is the API server's admission (--allow-privileged, Pod Security), not
+// the node's. Without it Parse refuses privileged containers. It is the
+// node agent's to call: the setting is per process, once, and the API
+// server in the same binary sets its own.
+func AllowPrivileged() {
 	capabilities.Initialize(capabilities.Capabilities{AllowPrivileged: true})
 }
 
