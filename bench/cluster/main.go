@@ -51,20 +51,12 @@ func run(ctx context.Context, replicas int) error {
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(testenv.UpPorts)
+	b, err := testenv.NewBenchUp("cluster", 248, "spc")
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "steadyplane-bench-cluster-")
-	if err != nil {
-		return err
-	}
-	dataDir := filepath.Join(work, ".steadyplane")
-	args, cleanup := testenv.UpArgs(dataDir, ports, 248, "spc")
-	defer func() {
-		cleanup()
-		os.RemoveAll(work)
-	}()
+	defer b.Cleanup()
+	dataDir, args := b.DataDir, b.Args
 
 	// The app runs from busybox, imported at start as a user would bring
 	// it to a machine without a registry.

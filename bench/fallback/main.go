@@ -65,24 +65,16 @@ func run(ctx context.Context, runs int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	ports, err := testenv.FreePorts(testenv.UpPorts)
-	if err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "steadyplane-bench-fallback-")
-	if err != nil {
-		return err
-	}
-	dataDir := filepath.Join(work, ".steadyplane")
 	// No retries during the run: each bad rollout is judged once.
-	args, cleanup := testenv.UpArgs(dataDir, ports, 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h",
+	b, err := testenv.NewBenchUp("fallback", 247, "spf", "--fallback-timeout="+timeout.String(), "--fallback-retry-base=6h", "--fallback-retry-max=6h",
 		// One kube-proxy per machine (its nftables table is the host's): the
 		// fallback needs none.
 		"--proxy=false")
-	defer func() {
-		cleanup()
-		os.RemoveAll(work)
-	}()
+	if err != nil {
+		return err
+	}
+	defer b.Cleanup()
+	dataDir, args := b.DataDir, b.Args
 	fmt.Println("starting steadyplane up ...")
 	up, err := testenv.StartUp(ctx, bin, args)
 	if err != nil {

@@ -105,3 +105,36 @@ func (u *UpRun) Stop() {
 	_ = u.cmd.Process.Signal(syscall.SIGTERM)
 	_ = u.cmd.Wait()
 }
+
+// BenchUp is a benchmark's "up": a data directory <work>/.steadyplane in a
+// new temporary directory, its arguments (UpArgs) and ports.
+type BenchUp struct {
+	DataDir string
+	Args    []string
+	Ports   []int
+	cleanup func()
+	work    string
+}
+
+// NewBenchUp prepares a benchmark's "up" (UpArgs's octet, bridgePrefix and
+// extra); Cleanup ends what it left and removes the directory.
+func NewBenchUp(name string, octet int, bridgePrefix string, extra ...string) (*BenchUp, error) {
+	ports, err := FreePorts(UpPorts)
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "steadyplane-bench-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	b := &BenchUp{DataDir: filepath.Join(work, ".steadyplane"), Ports: ports, work: work}
+	b.Args, b.cleanup = UpArgs(b.DataDir, ports, octet, bridgePrefix, extra...)
+	return b, nil
+}
+
+// Cleanup ends what the run left (UpArgs's cleanup) and removes its
+// directory.
+func (b *BenchUp) Cleanup() {
+	b.cleanup()
+	os.RemoveAll(b.work)
+}
