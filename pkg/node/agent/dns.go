@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,8 @@ func truncateHostname(h string) string {
 }
 
 // resolvConf renders a pod's DNS configuration as the runtime writes it
-// into /etc/resolv.conf (containerd's and CRI-O's layout).
+// into /etc/resolv.conf (containerd's and CRI-O's layout), its options
+// sorted.
 func resolvConf(c *runtimeapi.DNSConfig) []byte {
 	var b strings.Builder
 	if len(c.Searches) > 0 {
@@ -82,7 +84,9 @@ func resolvConf(c *runtimeapi.DNSConfig) []byte {
 		b.WriteString("nameserver " + s + "\n")
 	}
 	if len(c.Options) > 0 {
-		b.WriteString("options " + strings.Join(c.Options, " ") + "\n")
+		// The configurer merges options through a map: sorted, the file
+		// is the same at every write (order means nothing to resolvers).
+		b.WriteString("options " + strings.Join(slices.Sorted(slices.Values(c.Options)), " ") + "\n")
 	}
 	return []byte(b.String())
 }
