@@ -75,6 +75,7 @@ func (cp *ControlPlane) prepareDNS() error {
 	if err != nil {
 		return fmt.Errorf("installing the binary for the DNS image: %w", err)
 	}
+	cp.bin = bin // the static pods run the same copy
 	tag := strings.TrimPrefix(filepath.Base(bin), "steadyplane-")
 	ref := "steadyplane.io/steadyplane:" + tag
 	importDir := filepath.Join(cp.dataDir, "images")

@@ -130,11 +130,14 @@ type staticPodLauncher struct{ cp *ControlPlane }
 // the manifests of components that must not start before the API server
 // (nor at all, if they are switched off now).
 func newStaticPodLauncher(cp *ControlPlane) (staticPodLauncher, error) {
-	bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
-	if err != nil {
-		return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
+	// The DNS may have installed it already (hashing 250 MB once is enough).
+	if cp.bin == "" {
+		bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
+		if err != nil {
+			return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
+		}
+		cp.bin = bin
 	}
-	cp.bin = bin
 	stale := []string{controllerManagerComponent, schedulerComponent, proxyComponent, readinessPod, operatorPod}
 	for _, name := range stale {
 		if err := os.Remove(cp.manifestPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
