@@ -3,7 +3,9 @@
 //
 //   - the proxy's sync latency: from a pod turning Ready to its Service's
 //     cluster IP answering from it (a Service scaled 0 -> 1, --rounds
-//     times);
+//     times), without a readiness gate and with the load-balancer gate,
+//     which also waits for the proxy's rules (and the time that gate adds
+//     between the containers' readiness and the pod's);
 //
 //   - DNS lookups per second through CoreDNS (the kube-dns cluster IP), one
 //     at a time and 8 at once, for --dns-seconds each;
@@ -97,46 +99,40 @@ func run(ctx context.Context, rounds, services int, dnsFor time.Duration) error 
 	cfg.QPS, cfg.Burst = 200, 400
 	cs := kubernetes.NewForConfigOrDie(cfg)
 
-	// The app: busybox httpd, answering at once; a Service in front.
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(0)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(1)), Containers: []corev1.Container{{
-					Name: "web", Image: testimage.BusyboxName, Command: []string{"sh", "-c", "echo ok > index.html; trap 'exit 0' TERM; httpd -f -p 8080 & wait"},
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(8080)}}},
-				}}},
-			},
-		},
-	}
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+	// 1. Ready -> forwarded, without a readiness gate and with the
+	// load-balancer gate, which waits for the proxies (up passes the
+	// readiness controller --proxy-healthz-port).
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "gated", Labels: map[string]string{"steadyplane.io/readiness-gates": "on"}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	ip := svc.Spec.ClusterIP
-
-	// 1. Ready -> forwarded.
-	var lat []time.Duration
-	for i := 0; i < rounds; i++ {
-		// The last round leaves the pod running for the Services below.
-		d, err := readyToForwarded(ctx, cs, ip, i == rounds-1)
+	for _, ns := range []string{"gated", "default"} {
+		// In gated, the gate is the pod's only readiness check: the first
+		// figure is then what it takes.
+		svcIP, err := app(ctx, cs, ns, ns == "default")
 		if err != nil {
 			return err
 		}
-		lat = append(lat, d)
+		var lat, gate []time.Duration
+		for i := 0; i < rounds; i++ {
+			// The last round in default leaves the pod running for the
+			// Services below.
+			r, err := readyToForwarded(ctx, cs, ns, svcIP, ns == "default" && i == rounds-1)
+			if err != nil {
+				return err
+			}
+			lat, gate = append(lat, r.forwarded), append(gate, r.gate)
+		}
+		slices.Sort(lat)
+		slices.Sort(gate)
+		what := "no readiness gate"
+		if ns == "gated" {
+			what = "load-balancer gate waiting for the proxy"
+		}
+		fmt.Printf("%s (%d scale-ups): containers ready -> pod Ready median %v, max %v; pod Ready -> its Service forwards to it median %v, max %v\n",
+			what, len(lat), gate[len(gate)/2].Round(time.Millisecond), gate[len(gate)-1].Round(time.Millisecond),
+			lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	}
-	slices.Sort(lat)
-	fmt.Printf("proxy sync latency, pod Ready -> its Service forwards to it (%d scale-ups): median %v, max %v\n",
-		len(lat), lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 
 	// 2. DNS through CoreDNS.
 	dnsIP := "10.96.0.10"
@@ -177,59 +173,102 @@ func run(ctx context.Context, rounds, services int, dnsFor time.Duration) error 
 	return nil
 }
 
-// readyToForwarded scales web to 1, and returns the time from its pod's
-// Ready condition (seen on a watch) to the Service's cluster IP answering;
-// with keep it stays at 1, else it goes back to 0.
-func readyToForwarded(ctx context.Context, cs kubernetes.Interface, ip string, keep bool) (time.Duration, error) {
-	w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+// app creates, in namespace ns, the Deployment web (busybox httpd,
+// answering at once, 0 replicas; with probe, a TCP readiness probe every
+// second) and a Service in front, and returns the Service's cluster IP.
+func app(ctx context.Context, cs kubernetes.Interface, ns string, probe bool) (string, error) {
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(0)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(1)), Containers: []corev1.Container{{
+					Name: "web", Image: testimage.BusyboxName, Command: []string{"sh", "-c", "echo ok > index.html; trap 'exit 0' TERM; httpd -f -p 8080 & wait"},
+					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(8080)}}},
+				}}},
+			},
+		},
+	}
+	if !probe {
+		deploy.Spec.Template.Spec.Containers[0].ReadinessProbe = nil
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(8080)}}},
+	}, metav1.CreateOptions{})
 	if err != nil {
-		return 0, err
+		return "", err
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// round is one scale-up's figures: from the pod's containers turning ready
+// to the pod turning Ready (the readiness gates' share), and from Ready to
+// its Service's cluster IP answering (the proxy's sync latency).
+type round struct{ gate, forwarded time.Duration }
+
+// readyToForwarded scales web in ns to 1 and times it (round), both
+// moments as seen on a watch; with keep it stays at 1, else it goes back
+// to 0.
+func readyToForwarded(ctx context.Context, cs kubernetes.Interface, ns, ip string, keep bool) (round, error) {
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		return round{}, err
 	}
 	defer w.Stop()
-	if err := scale(ctx, cs, 1); err != nil {
-		return 0, err
+	if err := scale(ctx, cs, ns, 1); err != nil {
+		return round{}, err
 	}
-	ready := make(chan time.Time, 1)
+	type seen struct{ containers, ready time.Time }
+	ready := make(chan seen, 1)
 	go func() {
+		var s seen
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || p.DeletionTimestamp != nil {
 				continue
 			}
 			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.ContainersReady && c.Status == corev1.ConditionTrue && s.containers.IsZero() {
+					s.containers = time.Now()
+				}
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					select {
-					case ready <- time.Now():
-					default:
-					}
+					s.ready = time.Now()
+					ready <- s
 					return
 				}
 			}
 		}
 	}()
-	var readyAt time.Time
+	var s seen
 	select {
-	case readyAt = <-ready:
+	case s = <-ready:
 	case <-time.After(2 * time.Minute):
-		return 0, errors.New("the pod did not become Ready")
+		return round{}, errors.New("the pod did not become Ready")
 	}
 	answeredAt, err := waitAnswer(ctx, ip, time.Minute)
 	if err != nil {
-		return 0, err
+		return round{}, err
 	}
 	if !keep {
-		if err := scale(ctx, cs, 0); err != nil {
-			return 0, err
+		if err := scale(ctx, cs, ns, 0); err != nil {
+			return round{}, err
 		}
 		// Until the cluster IP refuses again: the next round starts from none.
 		for d := time.Now().Add(time.Minute); get(ip) == nil && time.Now().Before(d); time.Sleep(50 * time.Millisecond) {
 		}
 	}
-	return max(answeredAt.Sub(readyAt), 0), nil
+	return round{gate: max(s.ready.Sub(s.containers), 0), forwarded: max(answeredAt.Sub(s.ready), 0)}, nil
 }
 
-func scale(ctx context.Context, cs kubernetes.Interface, n int32) error {
-	_, err := cs.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n), metav1.PatchOptions{})
+func scale(ctx context.Context, cs kubernetes.Interface, ns string, n int32) error {
+	_, err := cs.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n), metav1.PatchOptions{})
 	return err
 }
 

@@ -60,7 +60,7 @@ refused.`,
 	fs.IntVar(&o.NodeMetricsPort, "node-metrics-port", o.NodeMetricsPort, "Port on 127.0.0.1 for the node agent's Prometheus metrics; 0 for none.")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "Run kube-proxy (steadyplane proxy) on the node, so that Services' cluster IPs and node ports route to their pods.")
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "kube-proxy's mode: auto (nftables on Linux 5.13 or later with nft, else iptables), nftables or iptables.")
-	fs.IntVar(&o.ProxyHealthzPort, "proxy-healthz-port", o.ProxyHealthzPort, "Port of kube-proxy's health check on 127.0.0.1.")
+	fs.IntVar(&o.ProxyHealthzPort, "proxy-healthz-port", o.ProxyHealthzPort, "Port of kube-proxy's health check, on the node's address (the load-balancer gate reads it there).")
 	fs.IntVar(&o.ProxyMetricsPort, "proxy-metrics-port", o.ProxyMetricsPort, "Port of kube-proxy's Prometheus metrics on 127.0.0.1.")
 	fs.BoolVar(&o.DNS, "dns", o.DNS, "Deploy the cluster's DNS: CoreDNS (steadyplane dns) in kube-system behind the kube-dns Service at the tenth address of --service-cidr; pods with dnsPolicy ClusterFirst resolve Services by name.")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "The cluster's DNS domain.")

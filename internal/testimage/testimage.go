@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/steadyplane/steadyplane/internal/testci"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 )
 
 // BusyboxBinary is Debian's busybox-static, the program of the test images.
@@ -206,4 +207,59 @@ func Push(ref string, img v1.Image, login *authn.Basic) error {
 		return fmt.Errorf("pushing %s: %w", ref, err)
 	}
 	return nil
+}
+
+// HostProgram is a program of this machine that a test image holds.
+type HostProgram struct {
+	// Path is where it is on this machine, ImagePath where it is in the image.
+	Path, ImagePath string
+	// Package is the Debian package that installs it, for the error when
+	// it is missing.
+	Package string
+}
+
+// HostPrograms returns the entries of a layer that holds programs, with
+// the ELF interpreter and shared libraries they load at the paths the
+// loader asks for (images.ExecutableFiles), and every directory above
+// them: how the tests give an image a real curl or dig where the upstream
+// image has Alpine's.
+func HostPrograms(programs ...HostProgram) ([]File, error) {
+	var files []File
+	dirs := map[string]bool{}
+	add := func(dst, src string) error {
+		for _, d := range images.ParentDirs(dst) {
+			if !dirs[d] {
+				dirs[d] = true
+				files = append(files, File{Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755})
+			}
+		}
+		body, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		files = append(files, File{Name: strings.TrimPrefix(dst, "/"), Mode: 0o755, Body: body})
+		return nil
+	}
+	added := map[string]bool{}
+	for _, p := range programs {
+		if _, err := os.Stat(p.Path); err != nil {
+			return nil, fmt.Errorf("the test images need %s (apt-get install %s): %w", p.Path, p.Package, err)
+		}
+		libs, err := images.ExecutableFiles(p.Path)
+		if err != nil {
+			return nil, err
+		}
+		for _, lib := range libs {
+			if !added[lib] {
+				added[lib] = true
+				if err := add(lib, lib); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := add(p.ImagePath, p.Path); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

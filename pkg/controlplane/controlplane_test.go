@@ -221,7 +221,7 @@ func TestComponentManifests(t *testing.T) {
 	// kube-proxy runs only with runc as root, which a unit test has not:
 	// its process as prepareProxy makes it there.
 	cp.Proxy = &Process{Name: proxyComponent, Args: ProxyArgs(Proxy{Kubeconfig: filepath.Join(cp.DataDir(), "kube-proxy.kubeconfig"), NodeName: "n1",
-		Mode: ProxyModeNFTables, ClusterCIDR: "10.244.0.0/24", HealthzPort: 10256, MetricsPort: 10249})}
+		Mode: ProxyModeNFTables, ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})}
 	components := cp.Components(bin)
 	if len(components) != 6 {
 		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler, kube-proxy, readiness controller", len(components))

@@ -18,6 +18,15 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
+// nodeIP is the Node's InternalIP: --node-ip, else the API server's
+// advertised address.
+func (cp *ControlPlane) nodeIP() string {
+	if cp.opts.NodeIP != "" {
+		return cp.opts.NodeIP
+	}
+	return cp.advertise.String()
+}
+
 // prepareNode issues the node agent's credentials (system:node:<name> in
 // system:nodes, for the Node authorizer and NodeRestriction) and its process.
 func (cp *ControlPlane) prepareNode() error {
@@ -25,10 +34,7 @@ func (cp *ControlPlane) prepareNode() error {
 	if err != nil {
 		return err
 	}
-	nodeIP := cp.opts.NodeIP
-	if nodeIP == "" {
-		nodeIP = cp.advertise.String()
-	}
+	nodeIP := cp.nodeIP()
 	// The node API's serving certificate, for the address the API server
 	// dials (the Node's InternalIP) and the node's name.
 	serving, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{

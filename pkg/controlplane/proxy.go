@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,8 +107,12 @@ type Proxy struct {
 	// ClusterCIDR is the pods' range: traffic from outside it to a
 	// Service is masqueraded.
 	ClusterCIDR string
-	// HealthzPort and MetricsPort are on 127.0.0.1 (upstream's 10256 and
-	// 10249).
+	// NodeIP is the Node's InternalIP: /healthz listens there (not on
+	// every address, as upstream's default), where the readiness
+	// controller's data-path check and load balancers read it.
+	NodeIP string
+	// HealthzPort (on NodeIP) and MetricsPort (on 127.0.0.1) are
+	// upstream's 10256 and 10249 by default.
 	HealthzPort, MetricsPort int
 }
 
@@ -126,7 +131,7 @@ func ProxyArgs(p Proxy) []string {
 		// (iptables mode would open them on every address, loopback
 		// and the LAN's included).
 		"--nodeport-addresses=primary",
-		"--healthz-bind-address=127.0.0.1:" + strconv.Itoa(p.HealthzPort),
+		"--healthz-bind-address=" + net.JoinHostPort(p.NodeIP, strconv.Itoa(p.HealthzPort)),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(p.MetricsPort),
 		"--conntrack-max-per-core=0",
 		"--conntrack-tcp-timeout-established=0",
@@ -161,7 +166,7 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 	}
 	cp.Proxy = &Process{Name: proxyComponent, Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "kube-proxy.log"),
 		Args: ProxyArgs(Proxy{Kubeconfig: kubeconfig, NodeName: cp.opts.NodeName, Mode: mode, ClusterCIDR: cp.opts.PodCIDR,
-			HealthzPort: cp.opts.ProxyHealthzPort, MetricsPort: cp.opts.ProxyMetricsPort})}
+			NodeIP: cp.nodeIP(), HealthzPort: cp.opts.ProxyHealthzPort, MetricsPort: cp.opts.ProxyMetricsPort})}
 	cp.proxyMode = mode
 	return nil
 }
@@ -169,7 +174,7 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 // WaitProxyReady waits until kube-proxy's /healthz answers 200, which it
 // does once it has programmed the node's rules from the API.
 func (cp *ControlPlane) WaitProxyReady(ctx context.Context) error {
-	url := "http://127.0.0.1:" + strconv.Itoa(cp.opts.ProxyHealthzPort) + "/healthz"
+	url := "http://" + net.JoinHostPort(cp.nodeIP(), strconv.Itoa(cp.opts.ProxyHealthzPort)) + "/healthz"
 	client := &http.Client{Timeout: 2 * time.Second}
 	return poll(ctx, cp.launcher.Runner(proxyComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

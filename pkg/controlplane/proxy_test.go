@@ -73,9 +73,9 @@ func TestOwnsNodeAddress(t *testing.T) {
 }
 
 func TestProxyArgs(t *testing.T) {
-	args := ProxyArgs(Proxy{Kubeconfig: "/d/kube-proxy.kubeconfig", NodeName: "n1", Mode: "nftables", ClusterCIDR: "10.244.0.0/24", HealthzPort: 10256, MetricsPort: 10249})
+	args := ProxyArgs(Proxy{Kubeconfig: "/d/kube-proxy.kubeconfig", NodeName: "n1", Mode: "nftables", ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})
 	for _, want := range []string{"--kubeconfig=/d/kube-proxy.kubeconfig", "--hostname-override=n1", "--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/24",
-		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--conntrack-max-per-core=0"} {
+		"--healthz-bind-address=10.244.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--conntrack-max-per-core=0"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("kube-proxy args lack %s: %v", want, args)
 		}

@@ -36,6 +36,10 @@ func (cp *ControlPlane) prepareReadiness() error {
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.PodCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
 	}}
+	if cp.Proxy != nil {
+		// The load-balancer gate waits for the proxies' rules too.
+		cp.Readiness.Args = append(cp.Readiness.Args, "--proxy-healthz-port="+strconv.Itoa(cp.opts.ProxyHealthzPort))
+	}
 	return nil
 }
 

@@ -18,7 +18,8 @@ const User = "steadyplane:readiness-controller"
 const roleName = "steadyplane:readiness-controller"
 
 // ClusterRole is exactly what the controller does: watch namespaces (the
-// webhook's label) and pods, patch pod status (its one condition), and
+// webhook's label) and pods, patch pod status (its one condition), watch
+// Services, EndpointSlices and Nodes (the data path, when required), and
 // keep its own webhook configuration, which it may create but change only by
 // name.
 func ClusterRole() *rbacv1.ClusterRole {
@@ -27,6 +28,8 @@ func ClusterRole() *rbacv1.ClusterRole {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"namespaces", "pods"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{webhook.ConfigurationName}, Verbs: []string{"get", "update"}},
 		},

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -46,6 +47,12 @@ type Options struct {
 	// PodCIDRs are the cluster's pod ranges: the only addresses (with
 	// hostNetwork pods' node addresses) the load-balancer gate checks.
 	PodCIDRs []*net.IPNet
+	// ProxyHealthzPort, when not 0, makes the load-balancer gate require
+	// the data path too: before the condition turns True, every Ready
+	// node's kube-proxy (its /healthz at the node's InternalIP and this
+	// port) must have synced its rules since the pod's EndpointSlices
+	// last changed (lbgate.DataPathCheck).
+	ProxyHealthzPort int
 }
 
 // Run serves the webhook, registers it, and runs the load-balancer gate
@@ -77,9 +84,18 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	namespaces := factory.Core().V1().Namespaces()
-	nsInformer := namespaces.Informer()
+	synced := []cache.InformerSynced{namespaces.Informer().HasSynced}
+	var dataPath *lbgate.DataPathCheck
+	if o.ProxyHealthzPort != 0 {
+		dataPath = &lbgate.DataPathCheck{ProxyHealthzPort: o.ProxyHealthzPort, Client: &http.Client{}}
+		more, err := dataPath.Start(factory)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, more...)
+	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	handler := &webhook.Handler{Namespace: func(ctx context.Context, name string) (*corev1.Namespace, error) {
@@ -109,7 +125,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	ctl := &conditionctl.Controller{
 		Client: client, ConditionType: lbgate.ConditionType, Interval: o.CheckInterval,
 		Check: func(ctx context.Context, pod *corev1.Pod) conditionctl.Result {
-			return lbgate.Check(ctx, httpClient, pod, o.PodCIDRs)
+			r := lbgate.Check(ctx, httpClient, pod, o.PodCIDRs)
+			if dataPath != nil {
+				r = dataPath.Check(ctx, pod, r)
+			}
+			return r
 		},
 	}
 	go func() { errs <- ctl.Run(ctx) }()

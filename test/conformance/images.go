@@ -25,10 +25,12 @@ type suiteImage struct {
 	image v1.Image
 }
 
-// suiteImages builds, offline, the images the sig-node, sig-apps and
-// api-machinery conformance tests run (test/utils/image/manifest.go at the
-// module's version): agnhost as its Dockerfile makes it, on Debian's
-// busybox-static instead of Alpine (curl as busybox's wget); busybox; nginx
+// suiteImages builds, offline, the images the sig-node, sig-apps,
+// api-machinery and sig-network conformance tests run
+// (test/utils/image/manifest.go at the module's version): agnhost as its
+// Dockerfile makes it, on Debian's busybox-static instead of Alpine, with
+// this machine's curl, dig, nslookup, getent, openbsd nc and ss (and the
+// libraries they load), and bash as sh; glibc-dns-testing as busybox with the same; busybox; nginx
 // as busybox's httpd serving port 80 (the tests only reach it over HTTP);
 // pause as agnhost's pause; kitten and nautilus as agnhost's test-webserver
 // with their files (and an os-release naming their Alpine base);
@@ -71,20 +73,39 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The programs agnhost's Alpine image installs for the tests' exec
+	// hooks and probes (curl, bind-tools, netcat-openbsd, iproute2), as
+	// Debian builds them; glibc-dns-testing's Debian dnsutils and getent.
+	tools, err := testimage.HostPrograms(
+		// Debian's busybox-static runs its own applets ahead of PATH
+		// (FEATURE_SH_STANDALONE), so "sh -c 'nc -u ...'" would get
+		// busybox's nc: bash, as sh, finds the programs below.
+		testimage.HostProgram{Path: "/bin/bash", ImagePath: "/bin/sh", Package: "bash"},
+		testimage.HostProgram{Path: "/bin/bash", ImagePath: "/bin/bash", Package: "bash"},
+		testimage.HostProgram{Path: "/usr/bin/curl", ImagePath: "/usr/bin/curl", Package: "curl"},
+		testimage.HostProgram{Path: "/usr/bin/dig", ImagePath: "/usr/bin/dig", Package: "dnsutils"},
+		testimage.HostProgram{Path: "/usr/bin/nslookup", ImagePath: "/usr/bin/nslookup", Package: "dnsutils"},
+		testimage.HostProgram{Path: "/usr/bin/getent", ImagePath: "/usr/bin/getent", Package: "libc-bin"},
+		// openbsd's nc ahead of busybox's in PATH: the tests pass it -z and -t.
+		testimage.HostProgram{Path: "/usr/bin/nc.openbsd", ImagePath: "/usr/bin/nc", Package: "netcat-openbsd"},
+		testimage.HostProgram{Path: "/usr/bin/ss", ImagePath: "/usr/bin/ss", Package: "iproute2"},
+	)
+	if err != nil {
+		return nil, err
+	}
+	withTools, err := on(busybox, v1.Config{}, tools...)
+	if err != nil {
+		return nil, err
+	}
 	// agnhost's image adds a user and a group that a supplemental-groups
 	// test expects, agnhost-2 for the entrypoint tests, and porter's
 	// certificate, which StatefulSet pods' readiness probes fetch.
-	agnhostImg, err := on(busybox, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}},
+	agnhostImg, err := on(withTools, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}},
 		testimage.File{Name: "localhost.crt", Mode: 0o644, Body: crt},
 		testimage.File{Name: "localhost.key", Mode: 0o600, Body: key},
 		testimage.File{Name: "agnhost", Mode: 0o755, Body: agnhostBin},
 		testimage.File{Name: "agnhost-2", Link: "agnhost"},
 		testimage.File{Name: "uploads/", Mode: 0o755},
-		// The suite's exec hooks run "curl URL"; agnhost's Alpine base has
-		// curl, busybox has wget.
-		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/local/", Mode: 0o755},
-		testimage.File{Name: "usr/local/bin/", Mode: 0o755},
-		testimage.File{Name: "usr/local/bin/curl", Mode: 0o755, Body: []byte("#!/bin/sh\n# curl URL, as busybox's wget: what the conformance suite's hooks run.\nexec wget -q -O - \"$@\"\n")},
 		testimage.File{Name: "etc/passwd", Mode: 0o644, Body: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
 		testimage.File{Name: "etc/group", Mode: 0o644, Body: []byte("root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
 	)
@@ -129,6 +150,10 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	if err != nil {
 		return nil, err
 	}
+	dnsTesting, err := on(withTools, v1.Config{Cmd: []string{"sh"}})
+	if err != nil {
+		return nil, err
+	}
 	return []suiteImage{
 		{"e2e-test-images/agnhost:2.63.0", agnhostImg},
 		{"e2e-test-images/agnhost:2.55", agnhostImg},
@@ -139,6 +164,7 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		{"e2e-test-images/nautilus:1.8", webserver},
 		{"e2e-test-images/nonewprivs:1.4", nonewprivs},
 		{"e2e-test-images/nonroot:1.5", nonroot},
+		{"e2e-test-images/glibc-dns-testing:2.0.0", dnsTesting},
 		{"pause:3.10.2", pause},
 		{"library/busybox:1.37", busybox},
 	}, nil

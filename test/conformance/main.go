@@ -9,7 +9,7 @@
 //
 // As root, from the module root:
 //
-//	go run ./test/conformance                       # sig-node, sig-apps, api-machinery
+//	go run ./test/conformance                       # sig-node, sig-apps, api-machinery, sig-network
 //	go run ./test/conformance -focus '\[sig-node\].*Pods should be submitted and removed'
 //	go run ./test/conformance -rerun-failed         # what failed last time
 //
@@ -19,9 +19,9 @@
 // suite's busybox 1.37 passes them on; the tests that print them through
 // sh fail for that.
 //
-// Traffic to the service range is dropped (OUTPUT and FORWARD) while it runs:
-// until Services route, a packet to a cluster IP would otherwise leave the
-// machine by its default route.
+// Traffic to the service range that no proxy rule rewrote is dropped
+// (OUTPUT and FORWARD) while it runs: it would otherwise leave the machine
+// by its default route.
 package main
 
 import (
@@ -43,9 +43,9 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testenv"
 )
 
-// defaultFocus is the issue's goal: the node, apps and API machinery
-// conformance tests.
-const defaultFocus = `\[sig-(node|apps|api-machinery)\].*\[Conformance\]`
+// defaultFocus is the node, apps, API machinery and network conformance
+// tests.
+const defaultFocus = `\[sig-(node|apps|api-machinery|network)\].*\[Conformance\]`
 
 // serviceCIDR is the run's service range; run refuses it when a route
 // on the machine already covers part of it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,6 +129,8 @@ func TestServices(t *testing.T) {
 		t.Errorf("the Service failed %d requests while kube-proxy restarted; want none", failures)
 	}
 
+	gateWaitsForProxy(ctx, t, kubectl, proxyPid, get)
+
 	// A pod lists pods through the kubernetes Service with client-go's
 	// in-cluster configuration: kubectl, given no kubeconfig, in a pod with
 	// a service account allowed to list.
@@ -141,8 +144,16 @@ func TestServices(t *testing.T) {
 	kubectl("scale", "deployment", "hello", "--replicas=0")
 	var emptied time.Time
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if emptied.IsZero() && kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=hello", "-o", "jsonpath={.items[*].endpoints[?(@.conditions.serving==true)].addresses[0]}") == "" {
-			emptied = time.Now()
+		if emptied.IsZero() {
+			// A slice with no endpoints has no "endpoints" key, which the
+			// filter reports as not found.
+			out, err := testup.Kubectl(t, ctx, kubeconfig, "get", "endpointslices", "-l", "kubernetes.io/service-name=hello", "-o", "jsonpath={.items[*].endpoints[?(@.conditions.serving==true)].addresses[0]}")
+			if err != nil && !strings.Contains(out, "endpoints is not found") {
+				t.Fatalf("kubectl get endpointslices: %v\n%s", err, out)
+			}
+			if strings.TrimSpace(out) == "" || err != nil {
+				emptied = time.Now()
+			}
 		}
 		if err := get(clusterIP); err != nil && isRefused(err) {
 			if emptied.IsZero() {
@@ -156,6 +167,93 @@ func TestServices(t *testing.T) {
 		}
 	}
 	t.Fatalf("the cluster IP of a Service scaled to 0 never refused (endpoints gone at %v)", emptied)
+}
+
+// gateWaitsForProxy: with kube-proxy frozen (SIGSTOP: alive, its rules
+// stale, its /healthz silent), a pod behind a Service in a namespace with
+// the load-balancer gate answers its direct check but stays not Ready with
+// reason ProxyNotSynced; once kube-proxy runs again the pod turns Ready and
+// the Service's cluster IP reaches it.
+func gateWaitsForProxy(ctx context.Context, t *testing.T, kubectl func(...string) string, proxyPid func() int, get func(string) error) {
+	t.Helper()
+	pid := proxyPid()
+	if pid == 0 {
+		t.Fatal("no kube-proxy process")
+	}
+	// Frozen once it serves (it may have just restarted): alive, listening,
+	// silent.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthz := ""
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		if addr, ok := strings.CutPrefix(arg, "--healthz-bind-address="); ok {
+			healthz = "http://" + addr + "/healthz"
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := (&http.Client{Timeout: time.Second}).Get(healthz)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy's %s does not answer 200: %v", healthz, err)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	kubectl("create", "namespace", "gated")
+	kubectl("label", "namespace", "gated", "steadyplane.io/readiness-gates=on")
+	kubectl("run", "web", "-n", "gated", "--image=busybox:1.36", "--labels=app=web", "--port=8080", "--",
+		"sh", "-c", `hostname > index.html; trap "exit 0" TERM; httpd -f -p 8080 & wait`)
+	kubectl("expose", "pod", "web", "-n", "gated", "--port=80", "--target-port=8080")
+	const cond = `{.status.conditions[?(@.type=="steadyplane.io/load-balancer-ready")].reason}/{.status.conditions[?(@.type=="Ready")].status}`
+	state := ""
+	for deadline := time.Now().Add(90 * time.Second); !strings.HasPrefix(state, "ProxyNotSynced/"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("with kube-proxy frozen, the gated pod's gate/Ready is %q; want ProxyNotSynced", state)
+		}
+		state = kubectl("get", "pod", "web", "-n", "gated", "-o", "jsonpath="+cond)
+	}
+	// It stays so while the proxy is frozen.
+	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(500 * time.Millisecond) {
+		if state = kubectl("get", "pod", "web", "-n", "gated", "-o", "jsonpath="+cond); state != "ProxyNotSynced/False" {
+			t.Fatalf("with kube-proxy frozen, the gated pod's gate/Ready turned %q", state)
+		}
+	}
+	t.Logf("frozen kube-proxy: %s", kubectl("get", "pod", "web", "-n", "gated", "-o", `jsonpath={.status.conditions[?(@.type=="steadyplane.io/load-balancer-ready")].message}`))
+	resume()
+	thawed := time.Now()
+	for deadline := time.Now().Add(60 * time.Second); state != "TargetHealthy/True"; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy running again, the gated pod's gate/Ready stays %q", state)
+		}
+		state = kubectl("get", "pod", "web", "-n", "gated", "-o", "jsonpath="+cond)
+	}
+	t.Logf("gated pod Ready %v after kube-proxy ran again", time.Since(thawed).Round(100*time.Millisecond))
+	ip := kubectl("get", "service", "web", "-n", "gated", "-o", "jsonpath={.spec.clusterIP}")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = get(ip); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("the gated pod, Ready, does not answer through its Service %s: %v", ip, err)
+	}
+	kubectl("delete", "namespace", "gated", "--wait=false")
 }
 
 // inClusterListsPods runs "steadyplane kubectl get pods" in a pod of

@@ -90,6 +90,18 @@ func ExecutableFiles(path string) ([]string, error) {
 	return files, nil
 }
 
+// ParentDirs returns the directories above path, outermost first
+// ("/usr/lib/x.so" gives "/usr", "/usr/lib"): what an image layer declares
+// before the file.
+func ParentDirs(path string) []string {
+	var parents []string
+	for d := filepath.Dir(path); d != "/" && d != "."; d = filepath.Dir(d) {
+		parents = append(parents, d)
+	}
+	slices.Reverse(parents)
+	return parents
+}
+
 // ExecutableImage returns an image that runs the executable at path as
 // binPath: one layer with it and what ExecutableFiles lists, at fixed times
 // and in a fixed order, so that the same executable makes the same image
@@ -109,11 +121,7 @@ func ExecutableImage(path, binPath, tmpDir string) (v1.Image, error) {
 	epoch := time.Unix(0, 0)
 	dirs := map[string]bool{}
 	add := func(src, dst string, mode int64) error {
-		var parents []string
-		for d := filepath.Dir(dst); d != "/" && d != "."; d = filepath.Dir(d) {
-			parents = append([]string{d}, parents...)
-		}
-		for _, d := range parents {
+		for _, d := range ParentDirs(dst) {
 			if !dirs[d] {
 				dirs[d] = true
 				if err := tw.WriteHeader(&tar.Header{Name: d[1:] + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch}); err != nil {

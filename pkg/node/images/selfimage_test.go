@@ -95,3 +95,15 @@ func TestExecutableArchive(t *testing.T) {
 		t.Errorf("the same executable made two images: %v", digests)
 	}
 }
+
+func TestParentDirs(t *testing.T) {
+	for path, want := range map[string][]string{
+		"/usr/lib/x86_64-linux-gnu/libc.so.6": {"/usr", "/usr/lib", "/usr/lib/x86_64-linux-gnu"},
+		"/agnhost":                            nil,
+		"usr/bin/curl":                        {"usr", "usr/bin"},
+	} {
+		if got := ParentDirs(path); !slices.Equal(got, want) {
+			t.Errorf("ParentDirs(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
