@@ -30,7 +30,7 @@ func newReadinessControllerCommand() *cobra.Command {
   GET http://<podIP>:<port><path> answers 2xx/3xx, with port and path from the pod's
   annotations steadyplane.io/load-balancer-port and steadyplane.io/load-balancer-path
   (default: the first containerPort, "/"), for pods whose address is in --pod-cidr
-  (or hostNetwork pods on their node's address): no other address is ever checked.
+  (or hostNetwork pods on their node's address): no other pod address is ever checked.
   With --proxy-healthz-port, the condition turns True only once, in addition, every Ready
   node's kube-proxy has synced its rules after the EndpointSlices of the pod's Services
   listed it (reason ProxyNotSynced or EndpointsPending until then).`,
@@ -67,7 +67,7 @@ func newReadinessControllerCommand() *cobra.Command {
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address for Prometheus metrics; empty for none.")
 	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod whose target is healthy is checked again; one that is not yet is checked every 500ms.")
 	fs.IntVar(&o.ProxyHealthzPort, "proxy-healthz-port", 0, "When set, steadyplane.io/load-balancer-ready also waits for the data path: every Ready node's kube-proxy (its /healthz at the node's InternalIP and this port) must have synced its rules since the pod's EndpointSlices last changed. 0: the direct check alone.")
-	fs.StringSliceVar(&podCIDRs, "pod-cidr", nil, "The cluster's pod ranges (comma-separated): the load-balancer gate checks only pod addresses in them, and hostNetwork pods on their node's address; nothing else is ever dialled.")
+	fs.StringSliceVar(&podCIDRs, "pod-cidr", nil, "The cluster's pod ranges (comma-separated): the load-balancer gate checks only pod addresses in them, and hostNetwork pods on their node's address; no other pod address is ever dialled (--proxy-healthz-port adds kube-proxy at each Node's InternalIP).")
 	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file", "pod-cidr"} {
 		_ = cmd.MarkFlagRequired(f)
 	}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -87,7 +86,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	synced := []cache.InformerSynced{namespaces.Informer().HasSynced}
 	var dataPath *lbgate.DataPathCheck
 	if o.ProxyHealthzPort != 0 {
-		dataPath = &lbgate.DataPathCheck{ProxyHealthzPort: o.ProxyHealthzPort, Client: &http.Client{}}
+		dataPath = &lbgate.DataPathCheck{ProxyHealthzPort: o.ProxyHealthzPort, Client: lbgate.HTTPClient()}
 		more, err := dataPath.Start(factory)
 		if err != nil {
 			return err

@@ -43,8 +43,9 @@ const (
 
 // Allowed tells whether the gate may send a check to the pod's address:
 // one in the cluster's pod ranges, or for a hostNetwork pod its node's
-// address (both written by the node, not by the pod's author). Nothing
-// else is ever dialled, whatever the pod says.
+// address (both written by the node, not by the pod's author). No other
+// pod address is ever dialled, whatever the pod says (the data path reads
+// kube-proxy at the Nodes' InternalIPs, DataPathCheck).
 func Allowed(pod *corev1.Pod, podCIDRs []*net.IPNet) error {
 	ip := net.ParseIP(pod.Status.PodIP)
 	if ip == nil {
