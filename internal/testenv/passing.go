@@ -25,6 +25,7 @@ type PassingSampler struct {
 // Run samples the pods of ns matching selector until ctx ends.
 func (s *PassingSampler) Run(ctx context.Context, cs kubernetes.Interface, ns, selector string, replicas int) {
 	client := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	patient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -47,14 +48,21 @@ func (s *PassingSampler) Run(ctx context.Context, cs kubernetes.Interface, ns, s
 			wg.Add(1)
 			go func(ip string) {
 				defer wg.Done()
-				resp, err := client.Get("http://" + ip + ":8080/")
-				if err == nil {
+				// A second try, with more time, for a check that timed out:
+				// on a busy machine the sampler itself stalls (a pod that
+				// stopped serving refuses at once, twice).
+				for _, c := range []*http.Client{client, patient} {
+					resp, err := c.Get("http://" + ip + ":8080/")
+					if err != nil {
+						continue
+					}
 					resp.Body.Close()
 					if resp.StatusCode == http.StatusOK {
 						mu.Lock()
 						passing++
 						mu.Unlock()
 					}
+					return
 				}
 			}(p.Status.PodIP)
 		}
