@@ -30,8 +30,9 @@ type suiteImage struct {
 // (test/utils/image/manifest.go at the module's version): agnhost as its
 // Dockerfile makes it, on Debian's busybox-static instead of Alpine, with
 // this machine's curl, dig, nslookup, getent, openbsd nc and ss (and the
-// libraries they load), and bash as sh; glibc-dns-testing as busybox with the same; busybox; nginx
-// as busybox's httpd serving port 80 (the tests only reach it over HTTP);
+// libraries they load), and bash as sh; glibc-dns-testing as busybox with
+// the same; busybox with bash as sh; nginx as busybox's httpd serving port
+// 80 (the tests only reach it over HTTP);
 // pause as agnhost's pause; kitten and nautilus as agnhost's test-webserver
 // with their files (and an os-release naming their Alpine base);
 // nonewprivs with its setuid program; nonroot as busybox with USER 1234.
@@ -97,6 +98,18 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The suite's busybox, with bash as sh too: busybox 1.35's sh drops
+	// environment variables whose names are no shell names (data-1, as
+	// envFrom makes them) from what it runs, where the suite's busybox
+	// 1.37 and bash pass them on.
+	bash, err := testimage.HostPrograms(testimage.HostProgram{Path: "/bin/bash", ImagePath: "/bin/sh", Package: "bash"})
+	if err != nil {
+		return nil, err
+	}
+	busyboxBash, err := on(busybox, v1.Config{Cmd: []string{"sh"}}, bash...)
+	if err != nil {
+		return nil, err
+	}
 	// agnhost's image adds a user and a group that a supplemental-groups
 	// test expects, agnhost-2 for the entrypoint tests, and porter's
 	// certificate, which StatefulSet pods' readiness probes fetch.
@@ -157,7 +170,7 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	return []suiteImage{
 		{"e2e-test-images/agnhost:2.63.0", agnhostImg},
 		{"e2e-test-images/agnhost:2.55", agnhostImg},
-		{"e2e-test-images/busybox:1.37.0-1", busybox},
+		{"e2e-test-images/busybox:1.37.0-1", busyboxBash},
 		{"e2e-test-images/nginx:1.15-4", nginx},
 		{"e2e-test-images/nginx:1.27-0", nginx},
 		{"e2e-test-images/kitten:1.8", webserver},
@@ -166,7 +179,7 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		{"e2e-test-images/nonroot:1.5", nonroot},
 		{"e2e-test-images/glibc-dns-testing:2.0.0", dnsTesting},
 		{"pause:3.10.2", pause},
-		{"library/busybox:1.37", busybox},
+		{"library/busybox:1.37", busyboxBash},
 	}, nil
 }
 

@@ -14,10 +14,10 @@
 //	go run ./test/conformance -rerun-failed         # what failed last time
 //
 // The images are made of Debian's busybox-static (apt-get install
-// busybox-static): its sh (1.35) leaves variables whose names are no shell
-// names (data-1, as envFrom makes them) out of what it runs, where the
-// suite's busybox 1.37 passes them on; the tests that print them through
-// sh fail for that.
+// busybox-static) and programs of this machine with their libraries (curl,
+// dig, nc, bash as sh: images.go). Two tests cannot pass on one node: the
+// aggregator's needs the sample-apiserver image, which is not built here,
+// and a DaemonSet rollback test needs two nodes.
 //
 // Traffic to the service range that no proxy rule rewrote is dropped
 // (OUTPUT and FORWARD) while it runs: it would otherwise leave the machine
