@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	nodeutil "k8s.io/kubernetes/pkg/util/node"
 	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/node/hostdeps"
@@ -100,10 +100,8 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return true, ""
-			}
+		if nodeutil.IsNodeReady(n) {
+			return true, ""
 		}
 		return false, "Node not Ready"
 	})

@@ -22,6 +22,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kubernetes/pkg/proxy/healthcheck"
+	nodeutil "k8s.io/kubernetes/pkg/util/node"
 
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/conditionctl"
 )
@@ -162,7 +163,8 @@ func ServesThroughProxy(svc *corev1.Service, pod *corev1.Pod) bool {
 // DataPathCheck requires, on top of the direct check, that the proxies of
 // the cluster's Ready nodes have taken in a pod's endpoint before the
 // condition turns True (DataPath). It reads each node's kube-proxy
-// /healthz at the node's InternalIP and ProxyHealthzPort.
+// /healthz at the node's primary address (InternalIP, else ExternalIP, as
+// upstream's GetNodeHostIPs) and ProxyHealthzPort.
 type DataPathCheck struct {
 	// ProxyHealthzPort is the port of kube-proxy's /healthz on every node.
 	ProxyHealthzPort int
@@ -355,7 +357,7 @@ func (d *DataPathCheck) proxies(ctx context.Context, family corev1.IPFamily) ([]
 	}
 	var ready []*corev1.Node
 	for _, n := range nodes {
-		if nodeReady(n) {
+		if nodeutil.IsNodeReady(n) {
 			ready = append(ready, n)
 		}
 	}
@@ -372,25 +374,14 @@ func (d *DataPathCheck) proxies(ctx context.Context, family corev1.IPFamily) ([]
 	return out, nil
 }
 
-func nodeReady(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
-		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
-	})
-}
-
 func (d *DataPathCheck) proxyHealth(ctx context.Context, n *corev1.Node, family corev1.IPFamily) ProxyHealth {
 	h := ProxyHealth{Node: n.Name}
-	ip := ""
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-			break
-		}
-	}
-	if ip == "" {
-		h.Problem = "no InternalIP to reach its proxy at"
+	ips, err := nodeutil.GetNodeHostIPs(n)
+	if err != nil {
+		h.Problem = "no address to reach its proxy at: " + err.Error()
 		return h
 	}
+	ip := ips[0].String()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(d.ProxyHealthzPort)) + "/healthz"
