@@ -10,7 +10,7 @@ func newUpCommand() *cobra.Command {
 	o := controlplane.NewOptions()
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a single-node cluster (etcd, kube-apiserver, controller manager, scheduler, node agent) until interrupted",
+		Short: "Run a cluster's server (etcd, kube-apiserver, controller manager, scheduler, node agent) until interrupted; --server/--token join another",
 		Long: `Run a single-node cluster: create or reuse the certificates, keys and kubeconfigs
 in the data directory (one client certificate per component), start "steadyplane etcd",
 "steadyplane apiserver", "steadyplane controller-manager" and "steadyplane scheduler"
@@ -20,11 +20,21 @@ readiness-gate webhook and controller ("steadyplane readiness-controller") as ch
 processes, print how to reach the cluster, restart a child that dies, and stop them all
 cleanly, in reverse order, on Ctrl-C or SIGTERM. Running it again on the same data
 directory keeps every object created before; a second "up" on a directory in use is
-refused.`,
+refused.
+
+With --bind-address on a host address, the first server prints how other hosts join:
+"up --server <its URL> --token-file <file with its token>" on another host makes that
+host a server of the same cluster (its etcd member joins as a learner and is promoted
+once caught up). Every kubeconfig up writes lists all servers, so clients need no load
+balancer. Running up again on a joined data directory restarts it as a member.`,
 		Example: `  steadyplane up
   kubectl --kubeconfig .steadyplane/admin.kubeconfig get namespaces
 
-  steadyplane up --data-dir /tmp/sp --apiserver-port 7443 --apiserver-arg=--v=2`,
+  steadyplane up --data-dir /tmp/sp --apiserver-port 7443 --apiserver-arg=--v=2
+
+  # three servers, no load balancer
+  steadyplane up --bind-address 10.0.0.1                                   # host 1; token in .steadyplane/token
+  steadyplane up --bind-address 10.0.0.2 --server https://10.0.0.1:6443 --token-file token   # hosts 2, 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
@@ -38,8 +48,8 @@ refused.`,
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the API server listens on.")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "Address the API server publishes to the cluster; defaults to --bind-address.")
 	fs.IntVar(&o.APIServerPort, "apiserver-port", o.APIServerPort, "HTTPS port of the API server.")
-	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", o.EtcdClientPort, "etcd client port on 127.0.0.1.")
-	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", o.EtcdPeerPort, "etcd peer port on 127.0.0.1.")
+	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", o.EtcdClientPort, "etcd client port: on 127.0.0.1, and on --bind-address when that is a host address (other servers join there).")
+	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", o.EtcdPeerPort, "etcd peer port: on --bind-address when that is a host address, else on 127.0.0.1.")
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "Range of service cluster IPs; its first address is the kubernetes service's.")
 	fs.BoolVar(&o.RetryAfterIfNotInitialized, "startup-send-retry-after-if-not-initialized", o.RetryAfterIfNotInitialized, "KEP-3028: refuse requests carrying X-Kubernetes-If-Ready with 503 + Retry-After until the API server has initialized.")
 	fs.DurationVar(&o.RetryAfter, "startup-retry-after", o.RetryAfter, "Retry-After delay sent while the API server initializes.")
@@ -49,6 +59,11 @@ refused.`,
 	fs.StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "Pod Security level enforced in every namespace but kube-system and steadyplane-system: privileged, baseline or restricted (restricted is always warned about and audited); a namespace's pod-security.kubernetes.io/enforce label chooses its own.")
 	fs.StringVar(&o.PodSecurityConfigFile, "pod-security-config", "", "The API server's admission configuration file (AdmissionConfiguration with a PodSecurity plugin configuration), instead of --pod-security's.")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "Range of pod addresses; must overlap no route of the host.")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "The cluster's range of pod addresses; each node gets a range of --node-cidr-mask-size bits from it (the first server's holds --pod-cidr). Joining servers take the cluster's.")
+	fs.IntVar(&o.NodeCIDRMaskSize, "node-cidr-mask-size", o.NodeCIDRMaskSize, "Size of each node's pod range in --cluster-cidr, in bits.")
+	fs.StringVar(&o.Server, "server", "", "Join the cluster of this API server (https://host:port) as another server, with --token or --token-file; ignored once this data directory has joined.")
+	fs.StringVar(&o.Token, "token", "", "Join token, as the first server's up prints it (its <data-dir>/token); it pins the cluster's CA.")
+	fs.StringVar(&o.TokenFile, "token-file", "", "File holding the join token (safer than --token, which other users can see in the process list).")
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (as root with runc and the API server on loopback, the address up puts on the pods' bridge, the first of --pod-cidr).")

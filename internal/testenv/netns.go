@@ -121,6 +121,37 @@ func (nw *Network) Command(i int, hostname, name string, args ...string) (string
 	return "ip", full
 }
 
+// NSEnter is Command for programs that run containers: it enters only the
+// host's network namespace. "ip netns exec" also mounts a /sys of the
+// namespace's own, which hides the cgroup mounts from runc ("no cgroup
+// mount found in mountinfo").
+func (nw *Network) NSEnter(i int, hostname, name string, args ...string) (string, []string) {
+	return "nsenter", append([]string{"--net=/run/netns/" + nw.Hosts[i].Namespace, "--", "unshare", "--uts", "--",
+		"sh", "-c", `hostname "$0" && exec "$@"`, hostname, name}, args...)
+}
+
+// Pids are the processes in host i's network namespace.
+func (nw *Network) Pids(i int) []int {
+	out, _ := exec.Command("ip", "netns", "pids", nw.Hosts[i].Namespace).Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// KillAll kills every process on host i with SIGKILL, as a host that loses
+// its power: nothing of it stops cleanly.
+func (nw *Network) KillAll(i int) int {
+	pids := nw.Pids(i)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
 // BlackHole makes host i vanish without a word: its link goes down, so
 // packets to it are dropped and nothing answers, not even a reset.
 func (nw *Network) BlackHole(i int) error {

@@ -43,6 +43,7 @@ func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra .
 		"--proxy-healthz-port", strconv.Itoa(ports[9]),
 		"--proxy-metrics-port", strconv.Itoa(ports[10]),
 		"--pod-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
+		"--cluster-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
 		"--cni-bridge", bridge,
 		"--resolv-conf", resolv,
 	}

@@ -39,8 +39,16 @@ func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up 
 	t.Helper()
 	// A pod range and bridge of this run's own (other test packages run at once).
 	args, cleanup := testenv.UpArgs(dataDir, ports, 246, "spe", extra...)
-	cmd := exec.Command(bin, args...)
 	t.Cleanup(cleanup)
+	return StartCommand(t, "up", bin, args...)
+}
+
+// StartCommand runs a "steadyplane up" given as a whole command line (on
+// a test host: Network.NSEnter), logging its output with prefix; the
+// test's cleanup kills it if it still runs.
+func StartCommand(t *testing.T, prefix, name string, args ...string) *Up {
+	t.Helper()
+	cmd := exec.Command(name, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +64,7 @@ func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up 
 		upSeen := false
 		for sc.Scan() {
 			line := sc.Text()
-			t.Logf("up: %s", line)
+			t.Logf("%s: %s", prefix, line)
 			p.mu.Lock()
 			p.output = append(p.output, line)
 			p.mu.Unlock()

@@ -98,6 +98,8 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		// does not take admission with it.
 		"--enable-aggregator-routing=true",
 		"--authorization-mode=Node,RBAC",
+		// Join tokens (steadyplane up --server --token) are bootstrap tokens.
+		"--enable-bootstrap-token-auth=true",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--cert-dir=" + s.CertDir,

@@ -3,13 +3,11 @@ package controlplane
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -96,16 +94,11 @@ func (cp *ControlPlane) prepareControllers() error {
 	if err != nil {
 		return err
 	}
-	_, podNet, err := netutils.ParseCIDRSloppy(cp.opts.PodCIDR)
-	if err != nil {
-		return fmt.Errorf("--pod-cidr=%s: %w", cp.opts.PodCIDR, err)
-	}
-	// One node: the cluster's pod range is the node's, which the node
-	// agent is also given until the controller manager allocates it.
-	ones, _ := podNet.Mask.Size()
+	// Each node's pod range is allocated from the cluster's; the first
+	// server's node agent is given the first range before that.
 	cp.ControllerManager = &Process{Name: "controller-manager", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "controller-manager.log"),
-		Args: ControllerManagerArgs(cp.pki, ControllerManager{Kubeconfig: cm, Port: cp.opts.ControllerManagerPort, ClusterCIDR: podNet.String(),
-			NodeCIDRMaskSize: ones, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: filepath.Join(cp.dataDir, "controller-manager")})}
+		Args: ControllerManagerArgs(cp.pki, ControllerManager{Kubeconfig: cm, Port: cp.opts.ControllerManagerPort, ClusterCIDR: cp.opts.ClusterCIDR,
+			NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: filepath.Join(cp.dataDir, "controller-manager")})}
 	cp.Scheduler = &Process{Name: "scheduler", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "scheduler.log"),
 		Args: SchedulerArgs(Scheduler{Kubeconfig: sched, Port: cp.opts.SchedulerPort})}
 	return nil

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,11 +54,16 @@ type ControlPlane struct {
 	launcher Launcher
 	// bin is the binary the static pods run.
 	bin string
+	// state is what the data directory records about its cluster.
+	state ClusterState
+	// etcdJoin is set while this server's etcd member joins the cluster.
+	etcdJoin *etcdJoin
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
 // plane per directory), and creates or reuses the PKI and the admin kubeconfig.
 func Prepare(o Options) (*ControlPlane, error) {
+	o.complete()
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -87,7 +91,21 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
+	if cp.state, err = LoadClusterState(dataDir); err != nil {
+		cp.Close()
+		return nil, err
+	}
+	joinCtx, cancel := context.WithTimeout(context.Background(), cp.opts.ReadyTimeout)
+	defer cancel()
+	if err := cp.prepareJoin(joinCtx); err != nil {
+		cp.Close()
+		return nil, err
+	}
 	if err := cp.preparePKI(); err != nil {
+		cp.Close()
+		return nil, err
+	}
+	if err := cp.prepareJoinedNode(joinCtx); err != nil {
 		cp.Close()
 		return nil, err
 	}
@@ -148,17 +166,6 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("data directory %s is in use by another steadyplane (lock %s): %w", dir, f.Name(), err)
 	}
 	return f, nil
-}
-
-// alternatives are the API servers written into the kubeconfigs'
-// steadyplane.io/alternative-services extension: the one server of a
-// single-node control plane, which more servers will join.
-func (cp *ControlPlane) alternatives() []string {
-	u, err := url.Parse(cp.APIServerURL())
-	if err != nil {
-		return nil
-	}
-	return []string{u.Host}
 }
 
 // Kubeconfig is the path of the admin kubeconfig.

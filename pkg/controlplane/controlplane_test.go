@@ -25,10 +25,24 @@ func TestValidate(t *testing.T) {
 		{"same etcd ports", func(o *Options) { o.EtcdPeerPort = o.EtcdClientPort }, "must differ"},
 		{"bad cidr", func(o *Options) { o.ServiceCIDR = "10.96.0.0" }, "--service-cidr"},
 		{"empty data dir", func(o *Options) { o.DataDir = "" }, "--data-dir"},
+		{"a pod range of its own becomes the cluster's", func(o *Options) { o.PodCIDR = "10.250.3.0/24" }, ""},
+		{"a pod range outside a named cluster range", func(o *Options) { o.PodCIDR = "10.250.3.0/24"; o.ClusterCIDR = "10.245.0.0/16" }, "must lie in --cluster-cidr"},
+		{"pod range across the cluster range's end", func(o *Options) {
+			o.PodCIDR = "10.244.0.0/23"
+			o.ClusterCIDR = "10.244.0.0/24"
+			o.NodeCIDRMaskSize = 24
+		}, "must lie in --cluster-cidr"},
+		{"node mask wider than the cluster", func(o *Options) { o.NodeCIDRMaskSize = 8 }, "--node-cidr-mask-size=8"},
+		{"a server without a token", func(o *Options) { o.Server = "https://10.0.0.1:6443" }, "--token or --token-file"},
+		{"both token flags", func(o *Options) { o.Server, o.Token, o.TokenFile = "https://10.0.0.1:6443", "t", "f" }, "exclude each other"},
 	}
 	for _, tc := range tests {
 		o := NewOptions()
 		tc.mutate(o)
+		// A named cluster range stays as named; complete only fills in the default.
+		if o.ClusterCIDR == NewOptions().ClusterCIDR {
+			o.complete()
+		}
 		err := o.validate()
 		if tc.wantErr == "" {
 			if err != nil {
@@ -95,7 +109,7 @@ func TestPrepareArguments(t *testing.T) {
 		"--leader-elect=true", "--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + cp.PKI().ServiceAccountKey,
 		"--cluster-signing-key-file=" + filepath.Join(cp.DataDir(), "pki", "ca.key"),
-		"--allocate-node-cidrs=true --cluster-cidr=10.244.0.0/24 --node-cidr-mask-size=24",
+		"--allocate-node-cidrs=true --cluster-cidr=10.244.0.0/16 --node-cidr-mask-size=24",
 		"--bind-address=127.0.0.1 --secure-port=10257",
 	} {
 		if !strings.Contains(cm, want) {
@@ -126,6 +140,9 @@ func TestPrepareLocksTheDataDirectory(t *testing.T) {
 	o := NewOptions()
 	o.DataDir = cp.DataDir()
 	o.Binary = "/bin/true"
+	// As prepared's: as root, the default runtime would put up's address
+	// on a pod bridge of the machine's and leave it there.
+	o.NodeRuntime = "process"
 	if _, err := Prepare(*o); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second Prepare: %v", err)
 	}

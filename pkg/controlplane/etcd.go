@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -20,32 +20,50 @@ func (cp *ControlPlane) etcdClientURL() string {
 }
 
 func (cp *ControlPlane) etcdArgs() []string {
-	peer := "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdPeerPort)
-	return EtcdArgs(cp.pki, EtcdMember{
-		Name:           "steadyplane",
-		DataDir:        filepath.Join(cp.dataDir, "etcd"),
+	m := EtcdMember{
+		Name:           cp.etcdName(),
+		DataDir:        cp.etcdDataDir(),
 		ClientURL:      cp.etcdClientURL(),
-		PeerURL:        peer,
-		InitialCluster: "steadyplane=" + peer,
-	})
+		PeerURL:        cp.etcdPeerURL(),
+		InitialCluster: cp.etcdName() + "=" + cp.etcdPeerURL(),
+	}
+	if ip := cp.hostAddress(); ip != nil {
+		// Other servers' members and joining servers reach this one at
+		// the host's address; its own API server stays on loopback.
+		m.AdvertiseClientURL = "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(cp.opts.EtcdClientPort))
+	}
+	if cp.etcdJoin != nil {
+		m.InitialCluster, m.InitialClusterState = cp.etcdJoin.initialCluster, "existing"
+	}
+	return EtcdArgs(cp.pki, m)
 }
 
 // EtcdMember is what differs between the members of an etcd cluster.
 type EtcdMember struct {
 	Name, DataDir, ClientURL, PeerURL string
+	// AdvertiseClientURL, when set, is listened on besides ClientURL and
+	// announced to the cluster instead of it.
+	AdvertiseClientURL string
 	// InitialCluster is etcd's --initial-cluster: name=peerURL,...
 	InitialCluster string
+	// InitialClusterState is "existing" for a member joining a running
+	// cluster; empty means "new".
+	InitialClusterState string
 }
 
 // EtcdArgs returns the arguments of "steadyplane etcd" for member m, with
 // TLS and client-certificate auth from the cluster's etcd CA.
 func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
-	return []string{
+	listen, advertise := m.ClientURL, m.ClientURL
+	if m.AdvertiseClientURL != "" {
+		listen, advertise = m.ClientURL+","+m.AdvertiseClientURL, m.AdvertiseClientURL
+	}
+	args := []string{
 		"etcd",
 		"--name=" + m.Name,
 		"--data-dir=" + m.DataDir,
-		"--listen-client-urls=" + m.ClientURL,
-		"--advertise-client-urls=" + m.ClientURL,
+		"--listen-client-urls=" + listen,
+		"--advertise-client-urls=" + advertise,
 		"--listen-peer-urls=" + m.PeerURL,
 		"--initial-advertise-peer-urls=" + m.PeerURL,
 		"--initial-cluster=" + m.InitialCluster,
@@ -56,6 +74,10 @@ func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
 		"--peer-key-file=" + p.EtcdServer.KeyPath,
 		"--peer-trusted-ca-file=" + p.EtcdCA.CertPath,
 	}
+	if m.InitialClusterState != "" {
+		args = append(args, "--initial-cluster-state="+m.InitialClusterState)
+	}
+	return args
 }
 
 // StartEtcd starts etcd and waits until it answers /health.

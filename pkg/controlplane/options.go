@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -64,8 +65,16 @@ type Options struct {
 	// NodeRuntime is the node agent's --runtime: auto, runc or process.
 	NodeRuntime string
 	// PodCIDR is the node's range of pod addresses; CNIBridge the host
-	// bridge pods join.
+	// bridge pods join. A joining server's is chosen from ClusterCIDR.
 	PodCIDR, CNIBridge string
+	// ClusterCIDR is the cluster's range of pod addresses, split into
+	// ranges of NodeCIDRMaskSize bits, one per node; it holds PodCIDR.
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
+	// Server is the URL of a server of the cluster this one joins, with
+	// Token (or the file TokenFile) as printed by that cluster's first
+	// "up"; empty for the first server. Ignored once joined.
+	Server, Token, TokenFile string
 	// Proxy runs upstream's kube-proxy ("steadyplane proxy") on the node, so
 	// that Services route; it needs the node agent with the runc runtime
 	// (pods on a pod network) and root.
@@ -142,6 +151,8 @@ func NewOptions() *Options {
 		NodeRuntime:                "auto",
 		PodSecurity:                "baseline",
 		PodCIDR:                    "10.244.0.0/24",
+		ClusterCIDR:                "10.244.0.0/16",
+		NodeCIDRMaskSize:           24,
 		CNIBridge:                  "steadyplane0",
 		Proxy:                      true,
 		ProxyMode:                  ProxyModeAuto,
@@ -162,6 +173,23 @@ func NewOptions() *Options {
 	}
 }
 
+// complete fills in what follows from other options: a --pod-cidr outside
+// the default cluster range (a single-node cluster's own choice) is the
+// cluster's range, as it was before clusters had more than one node.
+func (o *Options) complete() {
+	def := NewOptions()
+	if o.ClusterCIDR != def.ClusterCIDR || o.PodCIDR == def.PodCIDR {
+		return
+	}
+	_, cluster, err := netutils.ParseCIDRSloppy(o.ClusterCIDR)
+	ip, pods, err2 := netutils.ParseCIDRSloppy(o.PodCIDR)
+	if err != nil || err2 != nil || cluster.Contains(ip) {
+		return
+	}
+	ones, _ := pods.Mask.Size()
+	o.ClusterCIDR, o.NodeCIDRMaskSize = pods.String(), ones
+}
+
 func (o *Options) validate() error {
 	var errs []string
 	if netutils.ParseIPSloppy(o.BindAddress) == nil {
@@ -180,6 +208,19 @@ func (o *Options) validate() error {
 	}
 	if _, _, err := netutils.ParseCIDRSloppy(o.ServiceCIDR); err != nil {
 		errs = append(errs, fmt.Sprintf("--service-cidr=%q: %v", o.ServiceCIDR, err))
+	}
+	if _, cluster, err := netutils.ParseCIDRSloppy(o.ClusterCIDR); err != nil {
+		errs = append(errs, fmt.Sprintf("--cluster-cidr=%q: %v", o.ClusterCIDR, err))
+	} else if ones, bits := cluster.Mask.Size(); o.NodeCIDRMaskSize < ones || o.NodeCIDRMaskSize > bits {
+		errs = append(errs, fmt.Sprintf("--node-cidr-mask-size=%d does not fit in --cluster-cidr=%s", o.NodeCIDRMaskSize, o.ClusterCIDR))
+	} else if ip, pods, err := netutils.ParseCIDRSloppy(o.PodCIDR); err != nil || !cluster.Contains(ip) || !cluster.Contains(lastIP(pods)) {
+		errs = append(errs, fmt.Sprintf("--pod-cidr=%s must lie in --cluster-cidr=%s", o.PodCIDR, o.ClusterCIDR))
+	}
+	if o.Server != "" && o.Token == "" && o.TokenFile == "" {
+		errs = append(errs, "--server needs --token or --token-file (the first server's <data-dir>/token)")
+	}
+	if o.Token != "" && o.TokenFile != "" {
+		errs = append(errs, "--token and --token-file exclude each other")
 	}
 	if o.DataDir == "" {
 		errs = append(errs, "--data-dir must not be empty")
@@ -227,4 +268,13 @@ func (o *Options) validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// lastIP is the last address of n.
+func lastIP(n *net.IPNet) net.IP {
+	ip := make(net.IP, len(n.IP))
+	for i := range n.IP {
+		ip[i] = n.IP[i] | ^n.Mask[i]
+	}
+	return ip
 }

@@ -107,7 +107,17 @@ func (cp *ControlPlane) beforeStart(ctx context.Context, name string) error {
 func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
 	switch name {
 	case etcdComponent:
-		return cp.waitEtcd(ctx)
+		if cp.etcdJoin != nil {
+			// A learner is promoted once it caught up; it serves only then.
+			if err := cp.afterEtcdStart(ctx); err != nil {
+				return err
+			}
+			return cp.waitEtcd(ctx)
+		}
+		if err := cp.waitEtcd(ctx); err != nil {
+			return err
+		}
+		return cp.afterEtcdStart(ctx)
 	case apiserverComponent:
 		if err := cp.WaitAPIServerReady(ctx); err != nil {
 			return err
@@ -165,9 +175,23 @@ func (cp *ControlPlane) reportReady(name string, d time.Duration) {
 	}
 }
 
+// stages is the start-up order of this run: a server whose etcd member
+// joins starts its API server only once the member is promoted (a
+// learner serves no reads, and the API server would fail on it meanwhile).
+func (cp *ControlPlane) stages() []stage {
+	if cp.etcdJoin == nil {
+		return startOrder
+	}
+	joining := []stage{
+		{start: []string{etcdComponent, nodeComponent}, ready: []string{etcdComponent}},
+		{start: []string{apiserverComponent}, ready: []string{apiserverComponent}},
+	}
+	return append(joining, startOrder[1:]...)
+}
+
 // start runs the start-up order through the launcher.
 func (cp *ControlPlane) start(ctx context.Context) error {
-	for _, st := range startOrder {
+	for _, st := range cp.stages() {
 		begun := time.Now()
 		var names []string
 		for _, name := range st.start {

@@ -38,6 +38,7 @@ func (cp *ControlPlane) preparePKI() error {
 	store := cp.store()
 	cp.pki, err = store.EnsureCluster(pki.ClusterConfig{
 		APIServerIPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress), cp.advertise, serviceIP},
+		EtcdIPs:      []net.IP{cp.hostAddress()},
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,7 +148,7 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 		return nil
 	}
 	if pids := otherProxies(cp.dataDir); len(pids) > 0 {
-		return fmt.Errorf("another kube-proxy runs on this machine (pid %v): two would overwrite each other's rules in the machine's packet filter; stop it, or pass --proxy=false (and --dns=false)", pids)
+		return fmt.Errorf("another kube-proxy runs in this network namespace (pid %v): two would overwrite each other's rules in the machine's packet filter; stop it, or pass --proxy=false (and --dns=false)", pids)
 	}
 	_, nftErr := lookPath("nft")
 	_, iptErr := lookPath("iptables-restore")
@@ -165,7 +166,7 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 		return err
 	}
 	cp.Proxy = &Process{Name: proxyComponent, Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "kube-proxy.log"),
-		Args: ProxyArgs(Proxy{Kubeconfig: kubeconfig, NodeName: cp.opts.NodeName, Mode: mode, ClusterCIDR: cp.opts.PodCIDR,
+		Args: ProxyArgs(Proxy{Kubeconfig: kubeconfig, NodeName: cp.opts.NodeName, Mode: mode, ClusterCIDR: cp.opts.ClusterCIDR,
 			NodeIP: cp.nodeIP(), HealthzPort: cp.opts.ProxyHealthzPort, MetricsPort: cp.opts.ProxyMetricsPort})}
 	cp.proxyMode = mode
 	return nil
@@ -193,14 +194,17 @@ func (cp *ControlPlane) WaitProxyReady(ctx context.Context) error {
 	})
 }
 
-// otherProxies are the kube-proxies of this machine that are not this data
+// otherProxies are the kube-proxies in this network namespace that are not this data
 // directory's: upstream's binary, or another steadyplane's "proxy".
 func otherProxies(dataDir string) []int {
-	return procfs.Find(func(argv []string) bool {
+	pids := procfs.Find(func(argv []string) bool {
 		if len(argv) == 0 || strings.Contains(strings.Join(argv, "\x00"), dataDir+"/") {
 			return false
 		}
 		base := filepath.Base(argv[0])
 		return base == "kube-proxy" || len(argv) > 1 && argv[1] == "proxy" && strings.HasPrefix(base, "steadyplane")
 	})
+	// One in another network namespace (another host on this machine)
+	// has a packet filter of its own.
+	return slices.DeleteFunc(pids, func(pid int) bool { return !procfs.SameNetNS(pid) })
 }

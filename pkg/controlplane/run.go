@@ -70,6 +70,13 @@ func Run(ctx context.Context, o Options) error {
 	if err := cp.start(ctx); err != nil {
 		return err
 	}
+	if err := cp.refreshServers(ctx); err != nil {
+		cp.progressf("reading the cluster's API servers: %v", err)
+	}
+	go cp.followServers(ctx, 30*time.Second)
+	if err := cp.publishJoin(ctx); err != nil {
+		return err
+	}
 	cp.progressf("kubeconfig: %s", cp.kubeconfig)
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.kubeconfig)

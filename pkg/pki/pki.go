@@ -129,12 +129,30 @@ func (s *Store) EnsureCA(name, commonName string) (*Authority, error) {
 		s.logf("reusing CA %s (%s, valid until %s)", certPath, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.Format(time.DateOnly))
 		return ca, nil
 	case errors.Is(certErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
+	case errors.Is(certErr, fs.ErrNotExist) && keyErr == nil:
+		// A start stopped between writing the key and the certificate
+		// (the key is written first): nothing was signed yet, so the
+		// certificate is made again from the key.
+		key, err := parseSigner(keyPEM, keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("CA %s has a key but no certificate, and the key does not parse: %w", name, err)
+		}
+		cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: commonName}, key)
+		if err != nil {
+			return nil, fmt.Errorf("creating CA %s: %w", name, err)
+		}
+		certPEM = pemCert(cert)
+		if err := atomicfile.WriteFile(certPath, certPEM, certPerm); err != nil {
+			return nil, err
+		}
+		s.logf("made the certificate of CA %s again from its key %s (an earlier start stopped between the two)", certPath, keyPath)
+		return &Authority{Cert: cert, Key: key, CertPEM: certPEM, CertPath: certPath, KeyPath: keyPath}, nil
 	case certErr != nil && !errors.Is(certErr, fs.ErrNotExist):
 		return nil, fmt.Errorf("reading CA certificate: %w", certErr)
 	case keyErr != nil && !errors.Is(keyErr, fs.ErrNotExist):
 		return nil, fmt.Errorf("reading CA key: %w", keyErr)
 	default:
-		return nil, fmt.Errorf("CA %s: found only one of %s and %s; refusing to create a new CA over a partial one (restore the missing file, or remove both to start a new cluster identity)", name, certPath, keyPath)
+		return nil, fmt.Errorf("CA %s: found %s without its key %s; refusing to create a new CA over it (restore the key, or remove both to start a new cluster identity)", name, certPath, keyPath)
 	}
 
 	key, err := newKey()
@@ -160,6 +178,59 @@ func (s *Store) EnsureCA(name, commonName string) (*Authority, error) {
 	}
 	s.logf("created CA %s (%s)", certPath, commonName)
 	return &Authority{Cert: cert, Key: key, CertPEM: certPEM, CertPath: certPath, KeyPath: keyPath}, nil
+}
+
+// ImportCA writes the CA <name>.crt/<name>.key received from the cluster
+// this store's control plane joins. A store that holds a CA already must
+// hold the same one: a data directory of another cluster is refused, not
+// overwritten.
+func (s *Store) ImportCA(name string, certPEM, keyPEM []byte) error {
+	if err := s.mkdir(); err != nil {
+		return err
+	}
+	certPath, keyPath := s.path(name+".crt"), s.path(name+".key")
+	received, err := parseAuthority(certPEM, keyPEM, name+".crt (received)", name+".key (received)")
+	if err != nil {
+		return err
+	}
+	if old, err := os.ReadFile(certPath); err == nil {
+		certs, err := certutil.ParseCertsPEM(old)
+		if err != nil || !certs[0].Equal(received.Cert) {
+			return fmt.Errorf("%s holds another CA than the cluster's: this data directory belongs to another cluster (join with a new --data-dir)", certPath)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", certPath, err)
+	}
+	if err := atomicfile.WriteFile(keyPath, keyPEM, keyPerm); err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(certPath, certPEM, certPerm); err != nil {
+		return err
+	}
+	s.logf("CA %s received from the cluster (%s)", certPath, received.Cert.Subject.CommonName)
+	return nil
+}
+
+// ImportSigningKey writes the service-account signing key <name>.key
+// received from the cluster (EnsureSigningKey then derives <name>.pub); a
+// different key already there is refused.
+func (s *Store) ImportSigningKey(name string, keyPEM []byte) error {
+	if err := s.mkdir(); err != nil {
+		return err
+	}
+	if _, err := parseSigner(keyPEM, name+".key (received)"); err != nil {
+		return err
+	}
+	path := s.path(name + ".key")
+	if old, err := os.ReadFile(path); err == nil {
+		if !bytes.Equal(old, keyPEM) {
+			return fmt.Errorf("%s holds another signing key than the cluster's: this data directory belongs to another cluster (join with a new --data-dir)", path)
+		}
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return atomicfile.WriteFile(path, keyPEM, keyPerm)
 }
 
 func parseAuthority(certPEM, keyPEM []byte, certPath, keyPath string) (*Authority, error) {

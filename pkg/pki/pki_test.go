@@ -192,20 +192,49 @@ func TestDamagedFiles(t *testing.T) {
 			t.Error("the CA certificate was replaced")
 		}
 	})
-	t.Run("half a CA is an error", func(t *testing.T) {
+	t.Run("a CA key without its certificate gets the certificate again", func(t *testing.T) {
+		// A kill -9 between the two writes leaves the key alone (it is
+		// written first).
 		s := newStore(t)
-		if _, err := s.EnsureCluster(ClusterConfig{}); err != nil {
+		first, err := s.EnsureCluster(ClusterConfig{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Remove(filepath.Join(s.Dir, "etcd-ca.crt")); err != nil {
 			t.Fatal(err)
 		}
+		again, err := s.EnsureCluster(ClusterConfig{})
+		if err != nil {
+			t.Fatalf("EnsureCluster after losing etcd-ca.crt: %v", err)
+		}
+		if !publicKeysEqual(again.EtcdCA.Cert.PublicKey, first.EtcdCA.Cert.PublicKey) {
+			t.Error("the etcd CA got a new key")
+		}
+		// What the key signed before still verifies against the new certificate.
+		roots := x509.NewCertPool()
+		roots.AddCert(again.EtcdCA.Cert)
+		leaf, err := certutil.ParseCertsPEM(first.EtcdServer.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaf[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("etcd server certificate from before no longer verifies: %v", err)
+		}
+	})
+	t.Run("a CA certificate without its key is an error", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.EnsureCluster(ClusterConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(s.Dir, "etcd-ca.key")); err != nil {
+			t.Fatal(err)
+		}
 		_, err := s.EnsureCluster(ClusterConfig{})
-		if err == nil || !strings.Contains(err.Error(), "only one of") {
+		if err == nil || !strings.Contains(err.Error(), "without its key") {
 			t.Fatalf("err = %v", err)
 		}
-		if _, err := os.Stat(filepath.Join(s.Dir, "etcd-ca.crt")); err == nil {
-			t.Error("a new etcd CA was created over the remaining key")
+		if _, err := os.Stat(filepath.Join(s.Dir, "etcd-ca.key")); err == nil {
+			t.Error("a new etcd CA key was made beside the remaining certificate")
 		}
 	})
 	t.Run("CA key of another CA", func(t *testing.T) {

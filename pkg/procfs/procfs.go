@@ -31,3 +31,15 @@ func Find(match func(argv []string) bool) []int {
 	}
 	return pids
 }
+
+// SameNetNS says whether process pid shares this process's network
+// namespace (the packet filter, addresses and ports are per namespace);
+// false when that cannot be read.
+func SameNetNS(pid int) bool {
+	own, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return false
+	}
+	theirs, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
+	return err == nil && theirs == own
+}

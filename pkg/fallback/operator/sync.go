@@ -170,6 +170,11 @@ func (o *Operator) mirrors(ctx context.Context, live bool) (map[string]*Mirror, 
 		if _, mirror := p.Annotations[staticpod.MirrorAnnotation]; !mirror || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
 			continue
 		}
+		if _, revisioned := p.Annotations[fallback.RevisionAnnotation]; !revisioned {
+			// A server that runs its API server without revisions (a
+			// joined server) is not this operator's to roll.
+			continue
+		}
 		m := &Mirror{Revision: atoi32(p.Annotations[fallback.RevisionAnnotation]), FallbackFor: atoi32(p.Annotations[fallback.FallbackForRevisionAnnotation]),
 			Reason: p.Annotations[fallback.FallbackReasonAnnotation], Message: p.Annotations[fallback.FallbackMessageAnnotation],
 			Created: p.CreationTimestamp.Time}

@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -456,17 +457,25 @@ func (a *Agent) event(pod *corev1.Pod, eventType, reason, format string, args ..
 }
 
 func (a *Agent) registerNode(ctx context.Context) error {
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: map[string]string{
-			"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": goruntime.GOOS, "kubernetes.io/arch": goruntime.GOARCH,
-		}},
+	labels := map[string]string{
+		"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": goruntime.GOOS, "kubernetes.io/arch": goruntime.GOARCH,
 	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: labels}}
 	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		created, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading Node %s: %w", a.opts.NodeName, err)
+		}
+		// A Node made before the agent (a joining server's, made with its
+		// pod range) gets the labels the scheduler's topology needs, as
+		// the kubelet reconciles its default labels.
+		if missing := MissingLabels(created.Labels, labels); len(missing) > 0 {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
+			if created, err = a.client.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("labelling Node %s: %w", a.opts.NodeName, err)
+			}
 		}
 	case err != nil:
 		return fmt.Errorf("registering Node %s: %w", a.opts.NodeName, err)
@@ -515,6 +524,18 @@ func (a *Agent) writeNodeStatus(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// MissingLabels are the labels of want that are absent from, or
+// differ in, have.
+func MissingLabels(have, want map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range want {
+		if have[k] != v {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // PodCIDRMismatch says why the Node's allocated pod range (spec.podCIDR)

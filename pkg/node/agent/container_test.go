@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -81,5 +82,22 @@ func TestCheckMountPoint(t *testing.T) {
 				t.Errorf("checkMountPoint = %v, refused want %v (as a config error)", err, tt.refused)
 			}
 		})
+	}
+}
+
+func TestMissingLabels(t *testing.T) {
+	want := map[string]string{"kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux"}
+	for _, tc := range []struct {
+		name string
+		have map[string]string
+		out  map[string]string
+	}{
+		{"a Node made without labels", nil, want},
+		{"all there", map[string]string{"kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux", "team": "a"}, map[string]string{}},
+		{"one differs", map[string]string{"kubernetes.io/hostname": "old", "kubernetes.io/os": "linux"}, map[string]string{"kubernetes.io/hostname": "n1"}},
+	} {
+		if got := MissingLabels(tc.have, want); !maps.Equal(got, tc.out) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.out)
+		}
 	}
 }

@@ -1,0 +1,376 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
+	"github.com/steadyplane/steadyplane/pkg/etcd"
+	"github.com/steadyplane/steadyplane/pkg/fallback"
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// tokenFile is where a server keeps the join token: the first server's
+// own, a joined server's the one it joined with.
+const tokenFile = "token"
+
+// etcdJoin is a joining server's etcd member before it first starts.
+type etcdJoin struct {
+	id             uint64
+	initialCluster string
+	// endpoints are the other members' client URLs.
+	endpoints []string
+}
+
+// joined says whether this data directory joined another server's cluster.
+func (cp *ControlPlane) joined() bool { return cp.state.JoinedFrom != "" }
+
+// prepareJoin, on a host told --server, reads the cluster's CA (pinned by
+// the token), opens the join data sealed for the token and puts the
+// cluster's keys in place, before the PKI is completed with this server's
+// own certificates. A data directory that joined already is reused as
+// is; one that belongs to a cluster of its own is refused.
+func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
+	if cp.joined() {
+		if cp.opts.Server != "" {
+			cp.progressf("this data directory joined the cluster through %s already; --server and the token are not used again", cp.state.JoinedFrom)
+		}
+		return cp.takeClusterSettings()
+	}
+	if cp.opts.Server == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(cp.dataDir, "pki", pki.CAName+".crt")); err == nil {
+		return fmt.Errorf("data directory %s holds a cluster of its own (pki/%s.crt): a server joins with a new --data-dir", cp.dataDir, pki.CAName)
+	}
+	raw := cp.opts.Token
+	if cp.opts.TokenFile != "" {
+		b, err := os.ReadFile(cp.opts.TokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		raw = string(b)
+	}
+	tok, err := join.ParseToken(raw)
+	if err != nil {
+		return err
+	}
+	cp.progressf("joining the cluster of %s: checking its CA against the token", cp.opts.Server)
+	caPEM, err := join.DiscoverCA(ctx, cp.opts.Server, tok)
+	if err != nil {
+		return fmt.Errorf("joining %s: %w", cp.opts.Server, err)
+	}
+	b, err := join.FetchBundle(ctx, cp.opts.Server, caPEM, tok)
+	if err != nil {
+		return fmt.Errorf("joining %s: %w", cp.opts.Server, err)
+	}
+	store := cp.store()
+	if err := store.ImportCA(pki.CAName, b.CACert, b.CAKey); err != nil {
+		return err
+	}
+	if err := store.ImportCA(pki.EtcdCAName, b.EtcdCACert, b.EtcdCAKey); err != nil {
+		return err
+	}
+	if err := store.ImportSigningKey(pki.ServiceAccountKeyName, b.ServiceAccountKey); err != nil {
+		return err
+	}
+	u, _ := url.Parse(cp.opts.Server)
+	cp.state = ClusterState{JoinedFrom: cp.opts.Server, Servers: []string{u.Host}, ServiceCIDR: b.ServiceCIDR, ClusterCIDR: b.ClusterCIDR,
+		NodeCIDRMaskSize: b.NodeCIDRMaskSize, ClusterDomain: b.ClusterDomain, EtcdClientPort: b.EtcdClientPort}
+	if err := atomicfile.WriteFile(filepath.Join(cp.dataDir, tokenFile), []byte(tok.String()+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
+		return err
+	}
+	cp.progressf("received the cluster's CAs and service-account key (sealed for the token); services %s, pods %s, domain %s", b.ServiceCIDR, b.ClusterCIDR, b.ClusterDomain)
+	return cp.takeClusterSettings()
+}
+
+// takeClusterSettings makes the cluster's ranges this server's, and the
+// parts that run once per cluster (the KubeAPIServer operator and its
+// revisions, the readiness-gate webhook) stay with the first server.
+func (cp *ControlPlane) takeClusterSettings() error {
+	st := cp.state
+	cp.opts.ServiceCIDR, cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, cp.opts.ClusterDomain = st.ServiceCIDR, st.ClusterCIDR, st.NodeCIDRMaskSize, st.ClusterDomain
+	if st.PodCIDR != "" {
+		cp.opts.PodCIDR = st.PodCIDR
+	}
+	if cp.opts.NodeName == NewOptions().NodeName {
+		// The first server's Node has the default name.
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("a joining server's node needs a name (--node-name): %w", err)
+		}
+		cp.opts.NodeName = strings.ToLower(host)
+	}
+	if cp.opts.Fallback != fallback.ModeOff {
+		cp.progressf("static-pod fallback: the API server of a joined server runs without revisions (the KubeAPIServer operator rolls them on the first server)")
+		cp.opts.Fallback = fallback.ModeOff
+	}
+	cp.opts.ReadinessController = false
+	return nil
+}
+
+// joinClusterAPI is an admin client of the servers this one joins (its own
+// does not serve yet).
+func (cp *ControlPlane) joinClusterAPI() (kubernetes.Interface, error) {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = cp.state.JoinedFrom
+	cfg.Timeout = 15 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+// prepareJoinedNode, on a joined server whose PKI is complete, learns the
+// cluster's API servers, gives its node a pod range of its own (the Node
+// is made with it, so that the controller manager allocates no other),
+// and adds its etcd member as a learner when it has no data yet.
+func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
+	if !cp.joined() {
+		return nil
+	}
+	client, err := cp.joinClusterAPI()
+	if err != nil {
+		return err
+	}
+	if servers, err := listServers(ctx, client); err == nil && len(servers) > 0 {
+		cp.state.Servers = servers
+	} else if err != nil {
+		cp.progressf("reading the cluster's API servers from %s: %v (the kubeconfigs list the ones known)", cp.state.JoinedFrom, err)
+	}
+	if cp.state.PodCIDR == "" {
+		if err := cp.choosePodCIDR(ctx, client); err != nil {
+			return err
+		}
+	}
+	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
+		return err
+	}
+	// The admin kubeconfig, written with the PKI, lists every server now.
+	if err := clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives()); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member")); err == nil {
+		return nil
+	}
+	cli, err := cp.etcdClient(cp.otherEtcdEndpoints())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	id, initial, err := etcd.AddLearner(ctx, cli, cp.etcdName(), cp.etcdPeerURL(), cp.progressf)
+	if err != nil {
+		return err
+	}
+	cp.etcdJoin = &etcdJoin{id: id, initialCluster: initial, endpoints: cp.otherEtcdEndpoints()}
+	return nil
+}
+
+// choosePodCIDR gives this node the first free range of the cluster's and
+// makes its Node with it.
+func (cp *ControlPlane) choosePodCIDR(ctx context.Context, client kubernetes.Interface) error {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing Nodes to choose a pod range: %w", err)
+	}
+	assigned := map[string]string{}
+	for _, n := range nodes.Items {
+		assigned[n.Name] = n.Spec.PodCIDR
+	}
+	cidr, err := join.ChoosePodCIDR(cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, assigned, cp.opts.NodeName)
+	if err != nil {
+		return err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cp.opts.NodeName}, Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering Node %s with pod range %s: %w", cp.opts.NodeName, cidr, err)
+	}
+	cp.state.PodCIDR, cp.opts.PodCIDR = cidr, cidr
+	cp.progressf("node %s: pod range %s", cp.opts.NodeName, cidr)
+	return nil
+}
+
+// hostAddress is the address this server's etcd serves other servers on:
+// the advertised address when it is a host's (not loopback, not the pod
+// bridge's address up made for a laptop cluster); nil otherwise.
+func (cp *ControlPlane) hostAddress() net.IP {
+	if cp.advertise == nil || cp.advertise.IsLoopback() || cp.advertise.IsUnspecified() || cp.bridgeAddress != nil {
+		return nil
+	}
+	return cp.advertise
+}
+
+// etcdName is this server's etcd member name: the first server's is
+// "steadyplane", a joined server's its node's.
+func (cp *ControlPlane) etcdName() string {
+	if cp.joined() {
+		return cp.opts.NodeName
+	}
+	return "steadyplane"
+}
+
+func (cp *ControlPlane) etcdDataDir() string { return filepath.Join(cp.dataDir, "etcd") }
+
+// etcdPeerURL is where the other members reach this one.
+func (cp *ControlPlane) etcdPeerURL() string {
+	host := "127.0.0.1"
+	if ip := cp.hostAddress(); ip != nil {
+		host = ip.String()
+	}
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(cp.opts.EtcdPeerPort))
+}
+
+// otherEtcdEndpoints are the client URLs of the other servers' members.
+func (cp *ControlPlane) otherEtcdEndpoints() []string {
+	self := ""
+	if ip := cp.hostAddress(); ip != nil {
+		self = ip.String()
+	}
+	var out []string
+	for _, s := range cp.state.Servers {
+		host, _, err := net.SplitHostPort(s)
+		if err != nil || host == self {
+			continue
+		}
+		out = append(out, "https://"+net.JoinHostPort(host, strconv.Itoa(cp.state.EtcdClientPort)))
+	}
+	return out
+}
+
+// etcdClient is a client of the members at endpoints, with the API
+// server's etcd client certificate.
+func (cp *ControlPlane) etcdClient(endpoints []string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("etcd: no member of the cluster is known to reach (servers %v)", cp.state.Servers)
+	}
+	pair, err := tls.X509KeyPair(cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := certutil.NewPoolFromBytes(cp.pki.EtcdCA.CertPEM)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
+}
+
+// afterEtcdStart, on a joining server, promotes its learner once caught
+// up; on a server that others can join, it makes sure its member's peer
+// URL is its host address (a data directory first started on loopback).
+func (cp *ControlPlane) afterEtcdStart(ctx context.Context) error {
+	if cp.etcdJoin != nil {
+		cli, err := cp.etcdClient(cp.etcdJoin.endpoints)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(ctx, cp.opts.ReadyTimeout)
+		defer cancel()
+		if err := etcd.Promote(ctx, cli, cp.etcdJoin.id, cp.progressf); err != nil {
+			return err
+		}
+		cp.etcdJoin = nil
+		return nil
+	}
+	if cp.hostAddress() == nil {
+		return nil
+	}
+	cli, err := cp.etcdClient([]string{cp.etcdClientURL()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	changed, err := etcd.EnsurePeerURL(ctx, cli, cp.etcdPeerURL())
+	if changed {
+		cp.progressf("etcd: this member's peer URL is now %s (other servers join there)", cp.etcdPeerURL())
+	}
+	return err
+}
+
+// publishJoin, on a server other hosts can reach, keeps the join token in
+// <data-dir>/token (0600), publishes what a joining server needs sealed
+// for it, and prints the command that joins another server.
+func (cp *ControlPlane) publishJoin(ctx context.Context) error {
+	if cp.hostAddress() == nil {
+		return nil
+	}
+	path := filepath.Join(cp.dataDir, tokenFile)
+	var tok join.Token
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if tok, err = join.ParseToken(string(raw)); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := tok.CheckCA(cp.pki.CA.Cert); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	case os.IsNotExist(err):
+		if tok, err = join.NewToken(cp.pki.CA.Cert); err != nil {
+			return err
+		}
+		if err := atomicfile.WriteFile(path, []byte(tok.String()+"\n"), 0o600); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	bundle, err := cp.joinBundle()
+	if err != nil {
+		return err
+	}
+	sealed, err := join.Seal(bundle, tok)
+	if err != nil {
+		return err
+	}
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	if err := join.Publish(ctx, client, tok, sealed, cp.pki.CA.CertPEM, cp.APIServerURL(), time.Time{}); err != nil {
+		return fmt.Errorf("publishing the join data: %w", err)
+	}
+	cp.progressf("to join another server to this cluster, copy %s (0600) to it and run there:", path)
+	cp.progressf("  steadyplane up --bind-address <its address> --server %s --token-file <the copy>", cp.APIServerURL())
+	return nil
+}
+
+// joinBundle is what this server gives a joining one.
+func (cp *ControlPlane) joinBundle() (*join.Bundle, error) {
+	b := &join.Bundle{CACert: cp.pki.CA.CertPEM, EtcdCACert: cp.pki.EtcdCA.CertPEM, ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR,
+		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ClusterDomain: cp.opts.ClusterDomain, EtcdClientPort: cp.opts.EtcdClientPort}
+	var err error
+	for _, f := range []struct {
+		path string
+		dst  *[]byte
+	}{{cp.pki.CA.KeyPath, &b.CAKey}, {cp.pki.EtcdCA.KeyPath, &b.EtcdCAKey}, {cp.pki.ServiceAccountKey, &b.ServiceAccountKey}} {
+		if *f.dst, err = os.ReadFile(f.path); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}

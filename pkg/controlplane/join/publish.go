@@ -1,0 +1,129 @@
+package join
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+
+	"github.com/steadyplane/steadyplane/pkg/rbacutil"
+)
+
+const (
+	// BundleSecretPrefix names the Secret in kube-system holding a token's
+	// sealed Bundle: steadyplane-join-<token id>.
+	BundleSecretPrefix = "steadyplane-join-"
+	// BundleKey is the Secret's data key.
+	BundleKey = "bundle"
+	// ServersGroup is the group the join token's user is in besides
+	// system:bootstrappers.
+	ServersGroup = "system:bootstrappers:steadyplane:servers"
+	// clusterInfoRole lets anyone read kube-public/cluster-info, the CA a
+	// joining host checks against its token (kubeadm grants the same).
+	clusterInfoRole = "steadyplane:cluster-info"
+)
+
+// BundleSecretName is the Secret holding the sealed bundle of token id.
+func BundleSecretName(id string) string { return BundleSecretPrefix + id }
+
+// tokenRole is the Role that lets token id read its own bundle and nothing else.
+func tokenRole(id string) string { return "steadyplane:join:" + id }
+
+// Publish makes the API objects a joining host uses, with an admin client:
+// the bootstrap token (kube-system/bootstrap-token-<id>; expires at expires
+// unless zero), the bundle sealed for it, a Role that lets the token's user
+// read that one Secret, and kube-public/cluster-info (the CA and serverURL)
+// readable without credentials. Existing objects are brought up to date.
+func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed []byte, caPEM []byte, serverURL string, expires time.Time) error {
+	token := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
+		Type:       bootstrapapi.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			bootstrapapi.BootstrapTokenIDKey:               t.ID,
+			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
+			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
+			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
+			bootstrapapi.BootstrapTokenExtraGroupsKey:      ServersGroup,
+			bootstrapapi.BootstrapTokenDescriptionKey:      "steadyplane up: joins servers and nodes (steadyplane up --server/--token)",
+		},
+	}
+	if !expires.IsZero() {
+		token.StringData[bootstrapapi.BootstrapTokenExpirationKey] = expires.UTC().Format(time.RFC3339)
+	}
+	bundle := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: BundleSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{BundleKey: sealed},
+	}
+	for _, s := range []*corev1.Secret{token, bundle} {
+		if err := applySecret(ctx, client, s); err != nil {
+			return err
+		}
+	}
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.Clusters[""] = &clientcmdapi.Cluster{Server: serverURL, CertificateAuthorityData: caPEM}
+	data, err := clientcmd.Write(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := applyClusterInfo(ctx, client, string(data)); err != nil {
+		return err
+	}
+	return rbacutil.Ensure(ctx, client,
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: tokenRole(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{BundleSecretName(t.ID)}}}},
+		rbacutil.UserBinding(tokenRole(t.ID), metav1.NamespaceSystem, t.User()),
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: clusterInfoRole, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo}}}},
+		rbacutil.UserBinding(clusterInfoRole, metav1.NamespacePublic, "system:anonymous"),
+	)
+}
+
+func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Secret) error {
+	api := client.CoreV1().Secrets(s.Namespace)
+	existing, err := api.Get(ctx, s.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = api.Create(ctx, s, metav1.CreateOptions{})
+	case err == nil:
+		existing.Data, existing.StringData, existing.Labels = s.Data, s.StringData, s.Labels
+		_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// applyClusterInfo writes kube-public/cluster-info's kubeconfig, keeping
+// the signatures the bootstrap signer adds when it did not change.
+func applyClusterInfo(ctx context.Context, client kubernetes.Interface, kubeconfig string) error {
+	api := client.CoreV1().ConfigMaps(metav1.NamespacePublic)
+	existing, err := api.Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = api.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: bootstrapapi.ConfigMapClusterInfo, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
+			Data:       map[string]string{bootstrapapi.KubeConfigKey: kubeconfig},
+		}, metav1.CreateOptions{})
+	case err == nil && existing.Data[bootstrapapi.KubeConfigKey] != kubeconfig:
+		if existing.Data == nil {
+			existing.Data = map[string]string{}
+		}
+		existing.Data[bootstrapapi.KubeConfigKey] = kubeconfig
+		_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("configmap %s/%s: %w", metav1.NamespacePublic, bootstrapapi.ConfigMapClusterInfo, err)
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package etcd
+
+import "testing"
+
+func TestPlanJoin(t *testing.T) {
+	const self = "https://10.0.0.2:2380"
+	first := Member{ID: 1, Name: "steadyplane", PeerURLs: []string{"https://10.0.0.1:2380"}}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		want    JoinStep
+		wantID  uint64
+	}{
+		{name: "a new server is added", members: []Member{first}, want: JoinAdd},
+		{name: "an interrupted join resumes its learner", members: []Member{first, {ID: 2, PeerURLs: []string{self}, IsLearner: true}}, want: JoinResume, wantID: 2},
+		{name: "a learner that started resumes too", members: []Member{first, {ID: 2, Name: "n2", PeerURLs: []string{self}, IsLearner: true}}, want: JoinResume, wantID: 2},
+		{name: "promoted before the crash", members: []Member{first, {ID: 2, Name: "n2", PeerURLs: []string{self}}}, want: JoinMember, wantID: 2},
+		{name: "another server is learning: one at a time", members: []Member{first, {ID: 3, Name: "n3", PeerURLs: []string{"https://10.0.0.3:2380"}, IsLearner: true}}, want: JoinWait, wantID: 3},
+		{name: "other voters do not hold it up", members: []Member{first, {ID: 3, Name: "n3", PeerURLs: []string{"https://10.0.0.3:2380"}}}, want: JoinAdd},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, id := PlanJoin(tc.members, self)
+			if got != tc.want || id != tc.wantID {
+				t.Errorf("PlanJoin = %s, %d; want %s, %d", got, id, tc.want, tc.wantID)
+			}
+		})
+	}
+}
+
+func TestInitialCluster(t *testing.T) {
+	members := []Member{
+		{ID: 0x1, Name: "steadyplane", PeerURLs: []string{"https://10.0.0.1:2380"}},
+		{ID: 0x2a, PeerURLs: []string{"https://10.0.0.2:2380"}, IsLearner: true},
+		{ID: 0x3b, PeerURLs: []string{"https://10.0.0.3:2380"}},
+	}
+	got := InitialCluster(members, 0x2a, "n2")
+	want := "member-3b=https://10.0.0.3:2380,n2=https://10.0.0.2:2380,steadyplane=https://10.0.0.1:2380"
+	if got != want {
+		t.Errorf("InitialCluster =\n %s\nwant\n %s", got, want)
+	}
+}

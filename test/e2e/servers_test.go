@@ -1,0 +1,386 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/internal/testimage"
+	"github.com/steadyplane/steadyplane/internal/testup"
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
+)
+
+// haClusterCIDR is the pods' range of the three-server cluster; each
+// host's pods are on its own network namespace's bridge.
+const haClusterCIDR = "10.216.0.0/16"
+
+// server is one "up" on a test host.
+type server struct {
+	name, ip, dataDir string
+	up                *testup.Up
+}
+
+func (s *server) kubeconfig() string { return filepath.Join(s.dataDir, "admin.kubeconfig") }
+func (s *server) url() string        { return "https://" + s.ip + ":6443" }
+
+// TestThreeServersNoLoadBalancer joins two servers to the first one's
+// cluster with its token (both at once: etcd takes one learner at a time),
+// refuses a wrong token without a trace, spreads a Deployment over the
+// three nodes, and kills the server the admin kubeconfig names, then its
+// whole host: steadyplane kubectl and a client-go program go on.
+func TestThreeServersNoLoadBalancer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three steadyplane up")
+	}
+	testenv.RequireNetwork(t)
+	testimage.RequireBusybox(t)
+	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.216.") {
+		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", haClusterCIDR, err)
+	}
+	bin, err := testenv.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	defer cancel()
+	nw, err := testenv.NewNetwork(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nw.Close)
+	work := t.TempDir()
+	resolv := filepath.Join(work, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("# no nameserver: nothing resolved off the machine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	servers := make([]*server, 3)
+	for i := range servers {
+		s := &server{name: fmt.Sprintf("s%d", i), ip: nw.Hosts[i].IP.String(), dataDir: filepath.Join(work, fmt.Sprintf("s%d", i), "sp")}
+		servers[i] = s
+		if err := os.MkdirAll(filepath.Join(s.dataDir, "images"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := testimage.BusyboxArchive(filepath.Join(s.dataDir, "images", "busybox.tar")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			testenv.CleanNode(filepath.Join(s.dataDir, "node"))
+			name, args := nw.NSEnter(i, s.name, bin, "cleanup", "--data-dir", s.dataDir)
+			_ = exec.Command(name, args...).Run()
+		})
+	}
+	upArgs := func(s *server, extra ...string) []string {
+		return append([]string{"up", "--data-dir", s.dataDir, "--bind-address", s.ip, "--node-name", s.name, "--runtime", "runc",
+			"--resolv-conf", resolv, "--cluster-cidr", haClusterCIDR, "--pod-cidr", "10.216.0.0/24"}, extra...)
+	}
+	start := func(i int, extra ...string) {
+		name, args := nw.NSEnter(i, servers[i].name, bin, upArgs(servers[i], extra...)...)
+		servers[i].up = testup.StartCommand(t, servers[i].name, name, args...)
+	}
+
+	begun := time.Now()
+	start(0)
+	servers[0].up.WaitUp(t, 5*time.Minute)
+	t.Logf("first server up in %.1fs", time.Since(begun).Seconds())
+	tokenPath := filepath.Join(servers[0].dataDir, "token")
+	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v, %v; want a 0600 file", tokenPath, fi, err)
+	}
+	if want := "--server " + servers[0].url() + " --token-file"; !strings.Contains(servers[0].up.Text(), want) {
+		t.Errorf("the first server does not print the join command (%q)", want)
+	}
+	raw, _ := os.ReadFile(tokenPath)
+	tok, err := join.ParseToken(string(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A wrong secret, then a token that pins another CA: refused, with a
+	// clear error, before anything is written anywhere.
+	wrongSecret := tok
+	wrongSecret.Secret = "0000000000000000"
+	otherCA := tok
+	otherCA.CAHash = "sha256:" + strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		token join.Token
+		want  string
+	}{{wrongSecret, "refused the join token"}, {otherCA, "not the one the join token pins"}} {
+		dir := filepath.Join(work, "refused", "sp")
+		name, args := nw.NSEnter(1, "refused", bin, "up", "--data-dir", dir, "--bind-address", servers[1].ip, "--server", servers[0].url(), "--token", tc.token.String())
+		cctx, ccancel := context.WithTimeout(ctx, time.Minute)
+		out, err := exec.CommandContext(cctx, name, args...).CombinedOutput()
+		ccancel()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("join with a bad token: %v, want an error saying %q:\n%s", err, tc.want, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "pki", "ca.crt")); err == nil {
+			t.Errorf("a refused join left a CA in %s", dir)
+		}
+	}
+	etcdMembers := func() ([]string, error) {
+		cli, err := etcdClient(servers[0].dataDir, "https://"+servers[0].ip+":2379")
+		if err != nil {
+			return nil, err
+		}
+		defer cli.Close()
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		resp, err := cli.MemberList(cctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, m := range resp.Members {
+			out = append(out, fmt.Sprintf("%s learner=%v", m.Name, m.IsLearner))
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	if members, err := etcdMembers(); err != nil || len(members) != 1 {
+		t.Fatalf("etcd members after the refused joins: %v, %v; want the first alone", members, err)
+	}
+
+	// Two servers join at once.
+	begun = time.Now()
+	start(1, "--server", servers[0].url(), "--token-file", tokenPath)
+	start(2, "--server", servers[0].url(), "--token-file", tokenPath)
+	servers[1].up.WaitUp(t, 8*time.Minute)
+	servers[2].up.WaitUp(t, 8*time.Minute)
+	t.Logf("two servers joined at once, both up in %.1fs", time.Since(begun).Seconds())
+	if out := servers[1].up.Text() + servers[2].up.Text(); !strings.Contains(out, "promoted to a voting member") {
+		t.Errorf("no server reported its etcd member's promotion")
+	}
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "s2 learner=false", "steadyplane learner=false"}) {
+		t.Errorf("etcd members: %v, %v; want three voters", members, err)
+	}
+
+	client := haClient(t, servers[1].kubeconfig())
+	waitFor(t, ctx, 3*time.Minute, "three Ready nodes and three API servers", func() (bool, string) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var ready []string
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == "Ready" && c.Status == "True" {
+					ready = append(ready, n.Name+"="+n.Spec.PodCIDR)
+				}
+			}
+		}
+		slices.Sort(ready)
+		raw, err := clientcmd.LoadFromFile(servers[0].kubeconfig())
+		if err != nil {
+			return false, err.Error()
+		}
+		hosts, _ := altsvcclient.HostsForServer(raw, servers[0].url())
+		return len(ready) == 3 && len(hosts) == 3, fmt.Sprintf("ready nodes %v, admin kubeconfig of s0 lists %v", ready, hosts)
+	})
+	nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	cidrs := map[string]bool{}
+	for _, n := range nodes.Items {
+		cidrs[n.Spec.PodCIDR] = true
+	}
+	if len(cidrs) != 3 {
+		t.Errorf("the nodes' pod ranges are not three different ones: %v", cidrs)
+	}
+
+	// A Deployment spread over the three nodes.
+	spread := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata: {labels: {app: spread}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: spread}}}
+      containers:
+      - {name: c, image: ` + testimage.BusyboxName + `, imagePullPolicy: Never, command: [sleep, "3600"]}
+`
+	if out, err := spKubectlIn(ctx, bin, servers[0].kubeconfig(), spread, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	waitFor(t, ctx, 3*time.Minute, "the Deployment's pods running on three nodes", func() (bool, string) {
+		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
+		if err != nil {
+			return false, err.Error()
+		}
+		on := map[string]bool{}
+		var states []string
+		for _, p := range pods.Items {
+			states = append(states, p.Spec.NodeName+":"+string(p.Status.Phase))
+			if p.Status.Phase == "Running" {
+				on[p.Spec.NodeName] = true
+			}
+		}
+		return len(on) == 3, strings.Join(states, " ")
+	})
+
+	// A client-go program reads throughout, through the first server's
+	// admin kubeconfig (which names that server).
+	reader := startReader(t, ctx, servers[0].kubeconfig())
+
+	// Kill -9 the API server the admin kubeconfig names.
+	apiserver := procfs.Find(func(argv []string) bool {
+		return len(argv) > 1 && argv[1] == "apiserver" && strings.Contains(strings.Join(argv, " "), servers[0].dataDir)
+	})
+	if len(apiserver) == 0 {
+		t.Fatal("the first server's API server process was not found")
+	}
+	for _, pid := range apiserver {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	for i, cm := range []string{"after-apiserver-kill", "after-host-kill"} {
+		if i == 1 {
+			// Then the whole host, up and node agent and all.
+			n := nw.KillAll(0)
+			killed = time.Now()
+			t.Logf("killed %d processes on %s", n, servers[0].name)
+		}
+		if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "nodes", "-o", "name"); err != nil || strings.Count(out, "node/") != 3 {
+			t.Errorf("steadyplane kubectl get nodes (%s): %v\n%s", cm, err, out)
+		}
+		if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", cm); err != nil {
+			t.Errorf("steadyplane kubectl create configmap (%s): %v\n%s", cm, err, out)
+		}
+		t.Logf("%s: kubectl read and wrote %.1fs after the kill", cm, time.Since(killed).Seconds())
+	}
+	time.Sleep(3 * time.Second)
+	reads, failed, gap := reader()
+	t.Logf("client-go reader: %d reads, %d failed, longest gap %v", reads, failed, gap)
+	if failed > 0 || reads < 10 {
+		t.Errorf("the client-go reader saw %d failed reads of %d", failed, reads)
+	}
+
+	for _, s := range servers[1:] {
+		s.up.Stop(t)
+	}
+}
+
+// etcdClient reaches endpoint with the API server's etcd credentials of dataDir.
+func etcdClient(dataDir, endpoint string) (*clientv3.Client, error) {
+	pkiDir := filepath.Join(dataDir, "pki")
+	pair, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "apiserver-etcd-client.crt"), filepath.Join(pkiDir, "apiserver-etcd-client.key"))
+	if err != nil {
+		return nil, err
+	}
+	roots, err := certutil.NewPool(filepath.Join(pkiDir, "etcd-ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
+}
+
+// haClient is a client-go clientset from kubeconfig with steadyplane's
+// client options (failover between the servers it lists).
+func haClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 10 * time.Second
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startReader reads the default namespace every 100ms through kubeconfig
+// until the returned function is called, which reports the reads, the
+// failed ones and the longest time between two successful reads.
+func startReader(t *testing.T, ctx context.Context, kubeconfig string) func() (reads, failed int, gap time.Duration) {
+	client := haClient(t, kubeconfig)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var n, bad int
+	var longest time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := time.Now()
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			_, err := client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+			mu.Lock()
+			n++
+			if err != nil {
+				bad++
+				t.Logf("reader: %v", err)
+			} else {
+				longest = max(longest, time.Since(last))
+				last = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (int, int, time.Duration) {
+		close(stop)
+		wg.Wait()
+		return n, bad, longest
+	}
+}
+
+// spKubectl runs "steadyplane kubectl" (failover between the servers the
+// kubeconfig lists).
+func spKubectl(ctx context.Context, bin, kubeconfig string, args ...string) (string, error) {
+	return spKubectlIn(ctx, bin, kubeconfig, "", args...)
+}
+
+func spKubectlIn(ctx context.Context, bin, kubeconfig, stdin string, args ...string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, bin, append([]string{"kubectl", "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+os.TempDir())
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// waitFor polls check every second until it holds, failing the test after timeout.
+func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		ok, status := check()
+		if ok {
+			return
+		}
+		last = status
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("waited %v for %s: %s", timeout, what, last)
+}
