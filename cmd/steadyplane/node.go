@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	goflag "flag"
 	"fmt"
 	"maps"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
@@ -115,7 +117,7 @@ func newContainerExitedCommand() *cobra.Command {
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true, ResolverConfig: "/etc/resolv.conf"}
-	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile string
+	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile, server, token, tokenFile string
 	evictionHard := maps.Clone(agent.DefaultEvictionHard)
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
@@ -167,11 +169,23 @@ SIGKILL after the pod's grace period, and die with it if it crashes. Without it 
 running; the next agent stops each one it finds (pid file with the process start time, so
 a reused pid is never hit) and starts it again, once: never two copies.`,
 		Example: `  steadyplane node --kubeconfig node.kubeconfig --node-name n1 --node-ip 127.0.0.1 \
-    --root-dir /tmp/n1 --pod-manifest-path /tmp/n1/manifests`,
+    --root-dir /tmp/n1 --pod-manifest-path /tmp/n1/manifests
+
+  # a worker of a cluster up made, with a copy of a server's <data-dir>/token
+  steadyplane node --server https://10.0.0.1:6443 --token-file token --node-ip 10.0.0.4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
+			if server != "" {
+				creds, err := bootstrapWorker(ctx, cmd, server, token, tokenFile, o)
+				if err != nil {
+					return err
+				}
+				kubeconfig, o.TLSCertFile, o.TLSKeyFile, o.ClientCAFile, net.PodCIDR = creds.Kubeconfig, creds.CertFile, creds.KeyFile, creds.CAFile, creds.PodCIDR
+			} else if kubeconfig == "" {
+				return fmt.Errorf("--kubeconfig, or --server with --token or --token-file, is required")
+			}
 			// Both client options: fail over between API servers, wait out
 			// one that is initializing.
 			cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{AltSvc: altsvcclient.Options{CacheDir: filepath.Join(o.RootDir, "alternative-services")}})
@@ -237,8 +251,32 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
-	_ = cmd.MarkFlagRequired("kubeconfig")
+	fs.StringVar(&server, "server", "", "Join the cluster of this API server (https://host:port) as a worker: the node asks for its client and serving certificates (TLS bootstrapping, kept in <root-dir>/bootstrap) with --token or --token-file, instead of --kubeconfig and --tls-*; its pods get the range the controller manager allocates to its Node.")
+	fs.StringVar(&token, "token", "", "Join token, as a server's up writes it in <data-dir>/token; it pins the cluster's CA.")
+	fs.StringVar(&tokenFile, "token-file", "", "File holding the join token (safer than --token, which other users can see in the process list).")
 	return cmd
+}
+
+// bootstrapWorker gets a worker node's credentials from the cluster of
+// server with the join token (join.Bootstrap).
+func bootstrapWorker(ctx context.Context, cmd *cobra.Command, server, token, tokenFile string, o agent.Options) (*join.WorkerCredentials, error) {
+	if (token == "") == (tokenFile == "") {
+		return nil, fmt.Errorf("--server needs exactly one of --token and --token-file")
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = string(b)
+	}
+	tok, err := join.ParseToken(token)
+	if err != nil {
+		return nil, err
+	}
+	out := cmd.OutOrStdout()
+	return join.Bootstrap(ctx, join.Worker{Server: server, Token: tok, Dir: filepath.Join(o.RootDir, "bootstrap"), NodeName: o.NodeName, NodeIP: o.NodeIP,
+		Logf: func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }})
 }
 
 // logRotation is how container logs are rotated.

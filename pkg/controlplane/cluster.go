@@ -20,6 +20,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
 )
 
 // clusterFile is the data directory's record of the cluster it serves.
@@ -157,6 +158,9 @@ func (cp *ControlPlane) refreshServers(ctx context.Context) error {
 		return err
 	}
 	cp.progressf("API servers of the cluster: %v (the kubeconfigs list them all)", servers)
+	if err := join.PublishServers(ctx, client, cp.pki.CA.CertPEM, cp.APIServerURL(), cp.alternatives()); err != nil {
+		return err
+	}
 	return clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives())
 }
 

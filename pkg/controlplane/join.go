@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,11 +74,11 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 		return err
 	}
 	cp.progressf("joining the cluster of %s: checking its CA against the token", cp.opts.Server)
-	caPEM, err := join.DiscoverCA(ctx, cp.opts.Server, tok)
+	info, err := join.Discover(ctx, cp.opts.Server, tok)
 	if err != nil {
 		return fmt.Errorf("joining %s: %w", cp.opts.Server, err)
 	}
-	b, err := join.FetchBundle(ctx, cp.opts.Server, caPEM, tok)
+	b, err := join.FetchBundle(ctx, cp.opts.Server, info.CA, tok)
 	if err != nil {
 		return fmt.Errorf("joining %s: %w", cp.opts.Server, err)
 	}
@@ -93,8 +92,7 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	if err := store.ImportSigningKey(pki.ServiceAccountKeyName, b.ServiceAccountKey); err != nil {
 		return err
 	}
-	u, _ := url.Parse(cp.opts.Server)
-	cp.state = ClusterState{JoinedFrom: cp.opts.Server, Servers: []string{u.Host}, ServiceCIDR: b.ServiceCIDR, ClusterCIDR: b.ClusterCIDR,
+	cp.state = ClusterState{JoinedFrom: cp.opts.Server, Servers: info.Servers, ServiceCIDR: b.ServiceCIDR, ClusterCIDR: b.ClusterCIDR,
 		NodeCIDRMaskSize: b.NodeCIDRMaskSize, ClusterDomain: b.ClusterDomain, EtcdClientPort: b.EtcdClientPort}
 	if err := atomicfile.WriteFile(filepath.Join(cp.dataDir, tokenFile), []byte(tok.String()+"\n"), 0o600); err != nil {
 		return err
@@ -351,7 +349,7 @@ func (cp *ControlPlane) publishJoin(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := join.Publish(ctx, client, tok, sealed, cp.pki.CA.CertPEM, cp.APIServerURL(), time.Time{}); err != nil {
+	if err := join.Publish(ctx, client, tok, sealed, cp.pki.CA.CertPEM, cp.APIServerURL(), cp.alternatives(), time.Time{}); err != nil {
 		return fmt.Errorf("publishing the join data: %w", err)
 	}
 	cp.progressf("to join another server to this cluster, copy %s (0600) to it and run there:", path)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 
 	"k8s.io/client-go/util/flowcontrol"
@@ -76,6 +77,14 @@ func Run(ctx context.Context, o Options) error {
 	go cp.followServers(ctx, 30*time.Second)
 	if err := cp.publishJoin(ctx); err != nil {
 		return err
+	}
+	if cp.hostAddress() != nil {
+		client, err := cp.adminClient()
+		if err != nil {
+			return err
+		}
+		// Worker nodes' serving certificates (steadyplane node --server).
+		go join.RunServingApprover(ctx, client, cp.progressf)
 	}
 	cp.progressf("kubeconfig: %s", cp.kubeconfig)
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)

@@ -62,7 +62,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 	defer cancel()
-	nw, err := testenv.NewNetwork(3)
+	nw, err := testenv.NewNetwork(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +173,33 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 		t.Errorf("etcd members: %v, %v; want three voters", members, err)
 	}
 
+	// Re-running up on a joined data directory restarts it as a member
+	// (the flags to join are not used again).
+	servers[1].up.Stop(t)
+	begun = time.Now()
+	start(1, "--server", servers[0].url(), "--token-file", tokenPath)
+	servers[1].up.WaitUp(t, 5*time.Minute)
+	t.Logf("a joined server restarted in %.1fs", time.Since(begun).Seconds())
+	if out := servers[1].up.Text(); !strings.Contains(out, "joined the cluster through") || strings.Contains(out, "added member") {
+		t.Errorf("the restarted server did not reuse its membership:\n%s", out)
+	}
+
+	// A worker: no cluster keys, credentials by certificate requests.
+	workerDir := filepath.Join(work, "w3")
+	name, args := nw.NSEnter(3, "w3", bin, "node", "--server", servers[0].url(), "--token-file", tokenPath, "--root-dir", workerDir,
+		"--node-name", "w3", "--node-ip", nw.Hosts[3].IP.String(), "--runtime", "runc", "--resolv-conf", resolv, "--image-import-dir", filepath.Join(work, "w3-images"))
+	if err := os.MkdirAll(filepath.Join(work, "w3-images"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.BusyboxArchive(filepath.Join(work, "w3-images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.CleanNode(workerDir) })
+	worker := testup.StartCommand(t, "w3", name, args...)
+	t.Cleanup(func() { worker.Stop(t) })
+
 	client := haClient(t, servers[1].kubeconfig())
-	waitFor(t, ctx, 3*time.Minute, "three Ready nodes and three API servers", func() (bool, string) {
+	waitFor(t, ctx, 3*time.Minute, "four Ready nodes and three API servers", func() (bool, string) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -193,15 +218,21 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 			return false, err.Error()
 		}
 		hosts, _ := altsvcclient.HostsForServer(raw, servers[0].url())
-		return len(ready) == 3 && len(hosts) == 3, fmt.Sprintf("ready nodes %v, admin kubeconfig of s0 lists %v", ready, hosts)
+		return len(ready) == 4 && len(hosts) == 3, fmt.Sprintf("ready nodes %v, admin kubeconfig of s0 lists %v", ready, hosts)
 	})
 	nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	cidrs := map[string]bool{}
 	for _, n := range nodes.Items {
 		cidrs[n.Spec.PodCIDR] = true
 	}
-	if len(cidrs) != 3 {
-		t.Errorf("the nodes' pod ranges are not three different ones: %v", cidrs)
+	if len(cidrs) != 4 {
+		t.Errorf("the nodes' pod ranges are not four different ones: %v", cidrs)
+	}
+	keys, _ := filepath.Glob(filepath.Join(workerDir, "bootstrap", "*.key"))
+	for _, k := range keys {
+		if b := filepath.Base(k); b != "node-client.key" && b != "node-serving.key" {
+			t.Errorf("the worker holds a key of the cluster's: %s", k)
+		}
 	}
 
 	// A Deployment spread over the three nodes.
@@ -209,7 +240,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 kind: Deployment
 metadata: {name: spread, namespace: default}
 spec:
-  replicas: 3
+  replicas: 4
   selector: {matchLabels: {app: spread}}
   template:
     metadata: {labels: {app: spread}}
@@ -217,12 +248,13 @@ spec:
       topologySpreadConstraints:
       - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: spread}}}
       containers:
-      - {name: c, image: ` + testimage.BusyboxName + `, imagePullPolicy: Never, command: [sleep, "3600"]}
+      - {name: c, image: ` + testimage.BusyboxName + `, imagePullPolicy: Never, command: [sh, -c, "echo hello from $NODE; exec sleep 3600"],
+         env: [{name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]}
 `
 	if out, err := spKubectlIn(ctx, bin, servers[0].kubeconfig(), spread, "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
-	waitFor(t, ctx, 3*time.Minute, "the Deployment's pods running on three nodes", func() (bool, string) {
+	waitFor(t, ctx, 3*time.Minute, "the Deployment's pods running on four nodes", func() (bool, string) {
 		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
 		if err != nil {
 			return false, err.Error()
@@ -235,8 +267,17 @@ spec:
 				on[p.Spec.NodeName] = true
 			}
 		}
-		return len(on) == 3, strings.Join(states, " ")
+		return len(on) == 4, strings.Join(states, " ")
 	})
+	// kubectl logs reaches the worker's node API (its serving certificate
+	// came by a request the servers approved).
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread", FieldSelector: "spec.nodeName=w3"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the pod on the worker: %v, %v", pods, err)
+	}
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", pods.Items[0].Name); err != nil || !strings.Contains(out, "hello from w3") {
+		t.Errorf("kubectl logs of the pod on the worker: %v\n%s", err, out)
+	}
 
 	// A client-go program reads throughout, through the first server's
 	// admin kubeconfig (which names that server).
@@ -260,7 +301,7 @@ spec:
 			killed = time.Now()
 			t.Logf("killed %d processes on %s", n, servers[0].name)
 		}
-		if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "nodes", "-o", "name"); err != nil || strings.Count(out, "node/") != 3 {
+		if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "nodes", "-o", "name"); err != nil || strings.Count(out, "node/") != 4 {
 			t.Errorf("steadyplane kubectl get nodes (%s): %v\n%s", cm, err, out)
 		}
 		if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", cm); err != nil {
@@ -269,6 +310,15 @@ spec:
 		t.Logf("%s: kubectl read and wrote %.1fs after the kill", cm, time.Since(killed).Seconds())
 	}
 	time.Sleep(3 * time.Second)
+	// The other servers' API servers kept running through it.
+	for _, s := range servers[1:] {
+		pod := "kube-apiserver-" + s.name
+		out, err := spKubectl(ctx, bin, servers[1].kubeconfig(), "get", "pod", "-n", "kube-system", pod, "-o", "jsonpath={.status.containerStatuses[0].restartCount}")
+		if err != nil || strings.TrimSpace(out) != "0" {
+			prev, _ := spKubectl(ctx, bin, servers[1].kubeconfig(), "logs", "-n", "kube-system", pod, "--previous", "--tail", "40")
+			t.Errorf("%s restarted when the first server died (restarts %q, %v); its previous run ended with:\n%s", pod, out, err, prev)
+		}
+	}
 	reads, failed, gap := reader()
 	t.Logf("client-go reader: %d reads, %d failed, longest gap %v", reads, failed, gap)
 	if failed > 0 || reads < 10 {
@@ -365,8 +415,14 @@ func spKubectlIn(ctx context.Context, bin, kubeconfig, stdin string, args ...str
 	cmd := exec.CommandContext(cctx, bin, append([]string{"kubectl", "--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+os.TempDir())
 	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
+	}
+	// Its log lines (a failover) are on stderr; stdout is the answer.
+	return string(out), nil
 }
 
 // waitFor polls check every second until it holds, failing the test after timeout.

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 )
 
 // discoveryTimeout bounds each request of a join.
@@ -28,11 +30,20 @@ const discoveryTimeout = 15 * time.Second
 // ErrTokenRefused says the API server did not accept the token.
 var ErrTokenRefused = errors.New("the server refused the join token: it is unknown, was deleted or has expired (a server's <data-dir>/token holds the current one)")
 
-// DiscoverCA reads the cluster CA from the server at serverURL
-// (kube-public/cluster-info) and accepts it only when its public key is the
-// one t pins and it signed the certificate the server presented on that
-// same connection; nothing is sent before, and no credential at all.
-func DiscoverCA(ctx context.Context, serverURL string, t Token) ([]byte, error) {
+// ClusterInfo is what a joining host learns before it authenticates.
+type ClusterInfo struct {
+	// CA is the cluster CA (PEM), checked against the token's pin.
+	CA []byte
+	// Servers are the API servers (host:port) the cluster published.
+	Servers []string
+}
+
+// Discover reads the cluster CA and its API servers from the server at
+// serverURL (kube-public/cluster-info) and accepts them only when the CA's
+// public key is the one t pins and it signed the certificate the server
+// presented on that same connection; nothing is sent before, and no
+// credential at all.
+func Discover(ctx context.Context, serverURL string, t Token) (*ClusterInfo, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("--server=%q: want an https URL such as https://10.0.0.1:6443", serverURL)
@@ -69,11 +80,11 @@ func DiscoverCA(ctx context.Context, serverURL string, t Token) ([]byte, error) 
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("reading the cluster's CA from %s: %s (is it a steadyplane server that made the token?)", u.Host, resp.Status)
 	}
-	caPEM, err := clusterInfoCA(body)
+	info, err := parseClusterInfo(body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u.Host, err)
 	}
-	cas, err := certutil.ParseCertsPEM(caPEM)
+	cas, err := certutil.ParseCertsPEM(info.CA)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cluster-info's CA: %w", u.Host, err)
 	}
@@ -83,11 +94,15 @@ func DiscoverCA(ctx context.Context, serverURL string, t Token) ([]byte, error) 
 	if err := verifyPresented(presented, cas, u.Hostname()); err != nil {
 		return nil, fmt.Errorf("%s: %w", u.Host, err)
 	}
-	return caPEM, nil
+	if len(info.Servers) == 0 {
+		info.Servers = []string{u.Host}
+	}
+	return info, nil
 }
 
-// clusterInfoCA is the CA of the kubeconfig in a cluster-info ConfigMap.
-func clusterInfoCA(body []byte) ([]byte, error) {
+// parseClusterInfo reads the CA and the servers of the kubeconfig in a
+// cluster-info ConfigMap.
+func parseClusterInfo(body []byte) (*ClusterInfo, error) {
 	var cm corev1.ConfigMap
 	if err := json.Unmarshal(body, &cm); err != nil {
 		return nil, fmt.Errorf("cluster-info: %w", err)
@@ -98,7 +113,11 @@ func clusterInfoCA(body []byte) ([]byte, error) {
 	}
 	for _, c := range cfg.Clusters {
 		if len(c.CertificateAuthorityData) > 0 {
-			return c.CertificateAuthorityData, nil
+			servers, err := altsvcclient.KubeconfigHosts(c)
+			if err != nil {
+				return nil, fmt.Errorf("cluster-info's kubeconfig: %w", err)
+			}
+			return &ClusterInfo{CA: c.CertificateAuthorityData, Servers: servers}, nil
 		}
 	}
 	return nil, errors.New("cluster-info's kubeconfig has no CA")

@@ -179,28 +179,31 @@ func TestDiscoverCA(t *testing.T) {
 
 	t.Run("the pinned CA, which signed the server's certificate", func(t *testing.T) {
 		srv := clusterInfoServer(t, c.CA.CertPEM, c.APIServer)
-		got, err := DiscoverCA(ctx, srv.URL, tok)
+		got, err := Discover(ctx, srv.URL, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != string(c.CA.CertPEM) {
+		if string(got.CA) != string(c.CA.CertPEM) {
 			t.Error("returned another CA")
+		}
+		if want := strings.TrimPrefix(srv.URL, "https://"); len(got.Servers) != 1 || got.Servers[0] != want {
+			t.Errorf("servers %v, want the one asked (%s) when cluster-info lists none", got.Servers, want)
 		}
 	})
 	t.Run("a server of another cluster", func(t *testing.T) {
 		srv := clusterInfoServer(t, other.CA.CertPEM, other.APIServer)
-		if _, err := DiscoverCA(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not the one the join token pins") {
+		if _, err := Discover(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not the one the join token pins") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("the right CA relayed by a server that does not hold a certificate from it", func(t *testing.T) {
 		srv := clusterInfoServer(t, c.CA.CertPEM, other.APIServer)
-		if _, err := DiscoverCA(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not from the pinned CA") {
+		if _, err := Discover(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not from the pinned CA") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("not https", func(t *testing.T) {
-		if _, err := DiscoverCA(ctx, "http://127.0.0.1:1", tok); err == nil || !strings.Contains(err.Error(), "https URL") {
+		if _, err := Discover(ctx, "http://127.0.0.1:1", tok); err == nil || !strings.Contains(err.Error(), "https URL") {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
 
@@ -24,9 +25,9 @@ const (
 	BundleSecretPrefix = "steadyplane-join-"
 	// BundleKey is the Secret's data key.
 	BundleKey = "bundle"
-	// ServersGroup is the group the join token's user is in besides
+	// JoinGroup is the group the join token's user is in besides
 	// system:bootstrappers.
-	ServersGroup = "system:bootstrappers:steadyplane:servers"
+	JoinGroup = "system:bootstrappers:steadyplane"
 	// clusterInfoRole lets anyone read kube-public/cluster-info, the CA a
 	// joining host checks against its token (kubeadm grants the same).
 	clusterInfoRole = "steadyplane:cluster-info"
@@ -42,8 +43,9 @@ func tokenRole(id string) string { return "steadyplane:join:" + id }
 // the bootstrap token (kube-system/bootstrap-token-<id>; expires at expires
 // unless zero), the bundle sealed for it, a Role that lets the token's user
 // read that one Secret, and kube-public/cluster-info (the CA and serverURL)
-// readable without credentials. Existing objects are brought up to date.
-func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed []byte, caPEM []byte, serverURL string, expires time.Time) error {
+// readable without credentials, with the API servers (host:port) a
+// joining host should know. Existing objects are brought up to date.
+func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed []byte, caPEM []byte, serverURL string, servers []string, expires time.Time) error {
 	token := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
 		Type:       bootstrapapi.SecretTypeBootstrapToken,
@@ -52,7 +54,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed [
 			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
 			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
 			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
-			bootstrapapi.BootstrapTokenExtraGroupsKey:      ServersGroup,
+			bootstrapapi.BootstrapTokenExtraGroupsKey:      JoinGroup,
 			bootstrapapi.BootstrapTokenDescriptionKey:      "steadyplane up: joins servers and nodes (steadyplane up --server/--token)",
 		},
 	}
@@ -69,13 +71,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed [
 			return err
 		}
 	}
-	kubeconfig := clientcmdapi.NewConfig()
-	kubeconfig.Clusters[""] = &clientcmdapi.Cluster{Server: serverURL, CertificateAuthorityData: caPEM}
-	data, err := clientcmd.Write(*kubeconfig)
-	if err != nil {
-		return err
-	}
-	if err := applyClusterInfo(ctx, client, string(data)); err != nil {
+	if err := PublishServers(ctx, client, caPEM, serverURL, servers); err != nil {
 		return err
 	}
 	return rbacutil.Ensure(ctx, client,
@@ -85,7 +81,37 @@ func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed [
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: clusterInfoRole, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo}}}},
 		rbacutil.UserBinding(clusterInfoRole, metav1.NamespacePublic, "system:anonymous"),
+		// A worker node (steadyplane node --server) asks for its client
+		// certificate with the token, which the controller manager
+		// approves, as kubeadm's TLS bootstrapping.
+		groupBinding("steadyplane:node-bootstrapper", "system:node-bootstrapper", JoinGroup),
+		groupBinding("steadyplane:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", JoinGroup),
 	)
+}
+
+// PublishServers writes kube-public/cluster-info: the CA and the API
+// servers, as a kubeconfig whose cluster lists them as alternatives.
+func PublishServers(ctx context.Context, client kubernetes.Interface, caPEM []byte, serverURL string, servers []string) error {
+	kubeconfig := clientcmdapi.NewConfig()
+	cluster := &clientcmdapi.Cluster{Server: serverURL, CertificateAuthorityData: caPEM}
+	if len(servers) > 0 {
+		if err := altsvcclient.SetKubeconfigHosts(cluster, servers); err != nil {
+			return err
+		}
+	}
+	kubeconfig.Clusters[""] = cluster
+	data, err := clientcmd.Write(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	return applyClusterInfo(ctx, client, string(data))
+}
+
+// groupBinding binds ClusterRole role to group under name.
+func groupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: rbacutil.ManagedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}}}
 }
 
 func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Secret) error {

@@ -1,0 +1,252 @@
+package join
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/certificate/csr"
+	"k8s.io/client-go/util/keyutil"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// Worker is a node that joins a cluster to run pods: it gets its
+// credentials by certificate signing requests, as the kubelet's TLS
+// bootstrapping does, and holds no key of the cluster's.
+type Worker struct {
+	// Server is an API server of the cluster; Token the join token.
+	Server string
+	Token  Token
+	// Dir keeps the worker's credentials (created 0700).
+	Dir string
+	// NodeName and NodeIP are the Node's.
+	NodeName, NodeIP string
+	// Logf reports progress.
+	Logf func(string, ...any)
+}
+
+// WorkerCredentials are the files the node agent runs with.
+type WorkerCredentials struct {
+	// Kubeconfig authenticates as system:node:<name> and lists the API servers.
+	Kubeconfig string
+	// CAFile is the cluster CA; CertFile and KeyFile serve the node API.
+	CAFile, CertFile, KeyFile string
+	// PodCIDR is the range the controller manager allocated to the Node.
+	PodCIDR string
+}
+
+// File names in Worker.Dir.
+const (
+	workerCA         = "ca.crt"
+	workerKubeconfig = "node.kubeconfig"
+	workerClient     = "node-client"
+	workerServing    = "node-serving"
+)
+
+// renewBefore is how close to its end a certificate is asked for again.
+const renewBefore = 30 * 24 * time.Hour
+
+func (w *Worker) logf(format string, args ...any) {
+	if w.Logf != nil {
+		w.Logf(format, args...)
+	}
+}
+
+// Bootstrap gives the worker its credentials: the cluster CA (checked
+// against the token's pin), a client certificate for system:node:<name>
+// (approved by the controller manager for the token's group), its Node,
+// the pod range allocated to it, and a serving certificate for its
+// address (approved by the servers once the Node shows that address).
+// Valid credentials of an earlier start are kept.
+func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
+	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	creds := &WorkerCredentials{Kubeconfig: filepath.Join(w.Dir, workerKubeconfig), CAFile: filepath.Join(w.Dir, workerCA),
+		CertFile: filepath.Join(w.Dir, workerServing+".crt"), KeyFile: filepath.Join(w.Dir, workerServing+".key")}
+	ip := net.ParseIP(w.NodeIP)
+	if ip == nil {
+		return nil, fmt.Errorf("--node-ip=%q is not an IP address", w.NodeIP)
+	}
+	w.logf("joining %s as node %s: checking its CA against the token", w.Server, w.NodeName)
+	info, err := Discover(ctx, w.Server, w.Token)
+	if err != nil {
+		return nil, fmt.Errorf("joining %s: %w", w.Server, err)
+	}
+	if err := atomicfile.WriteFile(creds.CAFile, info.CA, 0o644); err != nil {
+		return nil, err
+	}
+	ca := &pki.Authority{CertPEM: info.CA}
+	clientPair := filepath.Join(w.Dir, workerClient)
+	if !validPair(clientPair, info.CA, nil) {
+		boot, err := kubernetes.NewForConfig(&rest.Config{Host: w.Server, BearerToken: w.Token.Bootstrap(), Timeout: discoveryTimeout,
+			TLSClientConfig: rest.TLSClientConfig{CAData: info.CA}, UserAgent: "steadyplane-node-bootstrap"})
+		if err != nil {
+			return nil, err
+		}
+		w.logf("asking for the node's client certificate (system:node:%s)", w.NodeName)
+		if err := requestPair(ctx, boot, clientPair, certificatesv1.KubeAPIServerClientKubeletSignerName,
+			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}}},
+			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}); err != nil {
+			if apierrors.IsUnauthorized(errors.Unwrap(err)) || apierrors.IsUnauthorized(err) {
+				return nil, ErrTokenRefused
+			}
+			return nil, fmt.Errorf("the node's client certificate: %w", err)
+		}
+	}
+	kp, err := readPair(clientPair)
+	if err != nil {
+		return nil, err
+	}
+	if err := clientconfig.WriteKubeconfig(creds.Kubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
+		return nil, err
+	}
+	cfg := &rest.Config{Host: w.Server, Timeout: discoveryTimeout, UserAgent: "steadyplane-node-bootstrap",
+		TLSClientConfig: rest.TLSClientConfig{CAData: info.CA, CertData: kp.CertPEM, KeyData: kp.KeyPEM}}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if creds.PodCIDR, err = registerNode(ctx, client, w.NodeName, ip, w.logf); err != nil {
+		return nil, err
+	}
+	servingPair := filepath.Join(w.Dir, workerServing)
+	if !validPair(servingPair, info.CA, ip) {
+		w.logf("asking for the node API's serving certificate (%s, %s)", w.NodeName, ip)
+		if err := requestPair(ctx, client, servingPair, certificatesv1.KubeletServingSignerName,
+			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}},
+				DNSNames: []string{w.NodeName}, IPAddresses: []net.IP{ip}},
+			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}); err != nil {
+			return nil, fmt.Errorf("the node API's serving certificate: %w", err)
+		}
+	}
+	return creds, nil
+}
+
+// registerNode makes the Node (labels and address as the agent will
+// write them), so that the controller manager allocates its pod range
+// and the servers can check the serving certificate's address, and waits
+// for the range.
+func registerNode(ctx context.Context, client kubernetes.Interface, name string, ip net.IP, logf func(string, ...any)) (string, error) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}
+	got, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("registering Node %s: %w", name, err)
+	}
+	if !hasAddress(got, ip) {
+		got.Status.Addresses = append(got.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+		if got, err = client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return "", fmt.Errorf("writing Node %s's address: %w", name, err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for got.Spec.PodCIDR == "" {
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("Node %s has no pod range (spec.podCIDR) 2 minutes after it was registered: is the controller manager running, with ranges left in its --cluster-cidr?", name)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		if got, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return "", fmt.Errorf("reading Node %s: %w", name, err)
+		}
+	}
+	logf("node %s: pod range %s", name, got.Spec.PodCIDR)
+	return got.Spec.PodCIDR, nil
+}
+
+func hasAddress(n *corev1.Node, ip net.IP) bool {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// requestPair makes a key, asks for a certificate of signer for it and
+// waits until it is issued, then writes <base>.key and <base>.crt (0600).
+func requestPair(ctx context.Context, client kubernetes.Interface, base, signer string, template *x509.CertificateRequest, usages []certificatesv1.KeyUsage) error {
+	keyPEM, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		return err
+	}
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return err
+	}
+	csrPEM, err := certutil.MakeCSRFromTemplate(key, template)
+	if err != nil {
+		return err
+	}
+	name, uid, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, "", signer, nil, usages, key)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	certPEM, err := csr.WaitForCertificate(wctx, client, name, uid)
+	if err != nil {
+		return fmt.Errorf("CertificateSigningRequest %s not issued: %w", name, err)
+	}
+	if err := atomicfile.WriteFile(base+".key", keyPEM, 0o600); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(base+".crt", certPEM, 0o600)
+}
+
+func readPair(base string) (*pki.KeyPair, error) {
+	certPEM, err := os.ReadFile(base + ".crt")
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(base + ".key")
+	if err != nil {
+		return nil, err
+	}
+	return &pki.KeyPair{CertPath: base + ".crt", KeyPath: base + ".key", CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// validPair says whether <base>.crt/.key hold a certificate from caPEM
+// (for ip, when set) that is not close to its end.
+func validPair(base string, caPEM []byte, ip net.IP) bool {
+	kp, err := readPair(base)
+	if err != nil {
+		return false
+	}
+	certs, err := certutil.ParseCertsPEM(kp.CertPEM)
+	if err != nil || time.Until(certs[0].NotAfter) < renewBefore {
+		return false
+	}
+	roots, err := certutil.NewPoolFromBytes(caPEM)
+	if err != nil {
+		return false
+	}
+	opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	if ip != nil {
+		opts.DNSName = ip.String()
+	}
+	_, err = certs[0].Verify(opts)
+	return err == nil
+}
