@@ -38,10 +38,11 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "rounds of every kind of bad rollout")
 	timeout := flag.Duration("timeout", 20*time.Second, "the startup monitor's ready timeout (up's --fallback-timeout)")
+	only := flag.String("only", "", "comma-separated reasons to measure (CrashLooping, NeverStartedUp, EtcdUnhealthy, NotReady); empty for all")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *runs, *timeout); err != nil {
+	if err := run(ctx, *runs, *timeout, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -60,7 +61,7 @@ type sample struct {
 	outage, recorded, repair time.Duration
 }
 
-func run(ctx context.Context, runs int, timeout time.Duration) error {
+func run(ctx context.Context, runs int, timeout time.Duration, only string) error {
 	bin, err := testenv.Binary()
 	if err != nil {
 		return err
@@ -120,6 +121,12 @@ func run(ctx context.Context, runs int, timeout time.Duration) error {
 		// Not a second --etcd-servers: the flag is a list, and a second one adds a server.
 		{reason: "EtcdUnhealthy", spec: fmt.Sprintf(`{"spec":{"extraArgs":["--etcd-cafile=%s"]}}`, filepath.Join(dataDir, "pki", "ca.crt"))},
 		{reason: "NotReady", spec: `{"spec":{"extraArgs":["--test-unfinished-post-start-hook"]}}`},
+	}
+	if only != "" {
+		kinds = slices.DeleteFunc(kinds, func(k badRollout) bool { return !slices.Contains(strings.Split(only, ","), k.reason) })
+		if len(kinds) == 0 {
+			return fmt.Errorf("-only=%s: no such reason", only)
+		}
 	}
 	results := map[string][]sample{}
 	good := 0

@@ -43,6 +43,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newKubectlCommand(),
 		newImagesCommand(),
 		newCleanupCommand(),
+		newRemoveNodeCommand(),
 	)
 	return root
 }

@@ -61,7 +61,7 @@ API server does not.`,
 			m := &monitor.Monitor{
 				Layout: rev.layout(), Revision: rev.revision, NodeName: nodeName, Timeouts: timeouts,
 				Agent:  monitor.AgentEndpoint{URL: agentURL, Client: http.DefaultClient},
-				Server: server, Clock: clock.RealClock{}, Log: log,
+				Server: server, Clock: clock.RealClock{}, Log: log, Etcd: monitor.EtcdDialer{},
 			}
 			v, err := m.Run(ctx, interval)
 			if err != nil {

@@ -44,6 +44,7 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		RetryAfter:                 cp.opts.RetryAfter,
 		AlternativeServices:        cp.opts.AlternativeServices,
 		AdmissionConfigFile:        cp.admissionConfig,
+		EncryptionConfigFile:       cp.encryptionConfigPath(),
 	}), cp.opts.ExtraAPIServerArgs...)
 }
 
@@ -64,6 +65,10 @@ type APIServer struct {
 	// AdmissionConfigFile configures admission plugins (Pod Security);
 	// "" for the plugins' defaults.
 	AdmissionConfigFile string
+	// EncryptionConfigFile says how Secrets are encrypted in etcd (read
+	// again when it changes, so keys rotate without a restart); "" for
+	// not at all.
+	EncryptionConfigFile string
 }
 
 // APIServerArgs returns the arguments of "steadyplane apiserver" for s, with
@@ -117,6 +122,9 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 	}
 	if s.AdmissionConfigFile != "" {
 		args = append(args, "--admission-control-config-file="+s.AdmissionConfigFile)
+	}
+	if s.EncryptionConfigFile != "" {
+		args = append(args, "--encryption-provider-config="+s.EncryptionConfigFile, "--encryption-provider-config-automatic-reload=true")
 	}
 	// The kubernetes Endpoints may not hold loopback addresses; a server that
 	// only listens on loopback has no address to publish there.

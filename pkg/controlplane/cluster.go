@@ -154,6 +154,7 @@ func (cp *ControlPlane) refreshServers(ctx context.Context) error {
 		return nil
 	}
 	cp.state.Servers = servers
+	cp.state.EtcdClientPort = cp.opts.EtcdClientPort
 	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
 		return err
 	}

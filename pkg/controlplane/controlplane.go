@@ -113,6 +113,10 @@ func Prepare(o Options) (*ControlPlane, error) {
 		cp.Close()
 		return nil, err
 	}
+	if err := cp.ensureEncryptionConfig(nil); err != nil {
+		cp.Close()
+		return nil, err
+	}
 	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: filepath.Join(dataDir, "logs", "etcd.log")}
 	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: filepath.Join(dataDir, "logs", "apiserver.log")}
 	if cp.opts.Controllers {

@@ -293,3 +293,20 @@ func TestValidateProxy(t *testing.T) {
 		t.Errorf("kube-proxy health port 0: %v", err)
 	}
 }
+
+// TestAPIServerLivenessOnBindAddress: a server on a host address does not
+// listen on loopback, so its probe goes to that address (a probe of
+// 127.0.0.1 failed for 80s and restarted every server of a cluster).
+func TestAPIServerLivenessOnBindAddress(t *testing.T) {
+	for bind, want := range map[string]string{"127.0.0.1": "127.0.0.1", "10.0.0.2": "10.0.0.2", "0.0.0.0": "127.0.0.1"} {
+		cp := prepared(t, func(o *Options) { o.BindAddress = bind })
+		for _, c := range cp.Components("/bin/true") {
+			if c.Name != "kube-apiserver" {
+				continue
+			}
+			if got := c.Pod().Spec.Containers[0].LivenessProbe.HTTPGet.Host; got != want {
+				t.Errorf("--bind-address=%s: probe of %s, want %s", bind, got, want)
+			}
+		}
+	}
+}

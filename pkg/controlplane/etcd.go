@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -106,12 +109,17 @@ func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
 }
 
 func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
+	return cp.waitEtcdProcess(ctx, cp.launcher.Runner(etcdComponent))
+}
+
+// waitEtcdProcess waits until the etcd member p runs answers /health.
+func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 	client, err := cp.etcdHTTPClient()
 	if err != nil {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return poll(ctx, cp.launcher.Runner(etcdComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -128,4 +136,33 @@ func (cp *ControlPlane) waitEtcd(ctx context.Context) error {
 		}
 		return false, fmt.Sprintf("/health: %d %s", resp.StatusCode, health.Reason)
 	})
+}
+
+// resetEtcd makes this server's etcd member a cluster of one, with its
+// data (etcd's --force-new-cluster, as k3s's --cluster-reset): the way
+// back when the other servers are lost for good and the survivor cannot
+// reach a quorum. The other servers must join again, from clean data
+// directories.
+func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member")); err != nil {
+		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.etcdDataDir())
+	}
+	cp.progressf("cluster reset: making this server's etcd member a cluster of one, with its data")
+	p := &Process{Name: "etcd (cluster reset)", Binary: cp.opts.Binary, Args: append(cp.etcdArgs(), "--force-new-cluster"),
+		LogPath: filepath.Join(cp.dataDir, "logs", "etcd-cluster-reset.log")}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	err := cp.waitEtcdProcess(ctx, p)
+	p.Stop(cp.opts.StopGrace)
+	if err != nil {
+		return fmt.Errorf("cluster reset: %w", err)
+	}
+	u, _ := url.Parse(cp.APIServerURL())
+	cp.state.Servers = []string{u.Host}
+	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
+		return err
+	}
+	cp.progressf("cluster reset done: this server is the cluster's only one; other servers join again with up --server from new data directories")
+	return nil
 }

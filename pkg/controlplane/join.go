@@ -92,6 +92,11 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	if err := store.ImportSigningKey(pki.ServiceAccountKeyName, b.ServiceAccountKey); err != nil {
 		return err
 	}
+	if len(b.EncryptionConfig) > 0 {
+		if err := cp.ensureEncryptionConfig(b.EncryptionConfig); err != nil {
+			return err
+		}
+	}
 	cp.state = ClusterState{JoinedFrom: cp.opts.Server, Servers: info.Servers, ServiceCIDR: b.ServiceCIDR, ClusterCIDR: b.ClusterCIDR,
 		NodeCIDRMaskSize: b.NodeCIDRMaskSize, ClusterDomain: b.ClusterDomain, EtcdClientPort: b.EtcdClientPort}
 	if err := atomicfile.WriteFile(filepath.Join(cp.dataDir, tokenFile), []byte(tok.String()+"\n"), 0o600); err != nil {
@@ -100,7 +105,7 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
 		return err
 	}
-	cp.progressf("received the cluster's CAs and service-account key (sealed for the token); services %s, pods %s, domain %s", b.ServiceCIDR, b.ClusterCIDR, b.ClusterDomain)
+	cp.progressf("received the cluster's CAs, service-account key and secrets encryption keys (sealed for the token); services %s, pods %s, domain %s", b.ServiceCIDR, b.ClusterCIDR, b.ClusterDomain)
 	return cp.takeClusterSettings()
 }
 
@@ -264,11 +269,17 @@ func (cp *ControlPlane) etcdClient(endpoints []string) (*clientv3.Client, error)
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("etcd: no member of the cluster is known to reach (servers %v)", cp.state.Servers)
 	}
-	pair, err := tls.X509KeyPair(cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM)
+	return newEtcdClient(endpoints, cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM, cp.pki.EtcdCA.CertPEM)
+}
+
+// newEtcdClient is a quiet etcd client of endpoints with a client
+// certificate and the etcd CA (PEM).
+func newEtcdClient(endpoints []string, certPEM, keyPEM, caPEM []byte) (*clientv3.Client, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	roots, err := certutil.NewPoolFromBytes(cp.pki.EtcdCA.CertPEM)
+	roots, err := certutil.NewPoolFromBytes(caPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +376,7 @@ func (cp *ControlPlane) joinBundle() (*join.Bundle, error) {
 	for _, f := range []struct {
 		path string
 		dst  *[]byte
-	}{{cp.pki.CA.KeyPath, &b.CAKey}, {cp.pki.EtcdCA.KeyPath, &b.EtcdCAKey}, {cp.pki.ServiceAccountKey, &b.ServiceAccountKey}} {
+	}{{cp.pki.CA.KeyPath, &b.CAKey}, {cp.pki.EtcdCA.KeyPath, &b.EtcdCAKey}, {cp.pki.ServiceAccountKey, &b.ServiceAccountKey}, {cp.encryptionConfigPath(), &b.EncryptionConfig}} {
 		if *f.dst, err = os.ReadFile(f.path); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	netutils "k8s.io/utils/net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,16 +42,17 @@ type Component struct {
 	Args   []string
 	// HostPaths are what it reads and writes on the host.
 	HostPaths []HostPath
-	// Liveness is an HTTPS GET on 127.0.0.1 that tells it is alive; nil for
-	// none.
+	// Liveness is an HTTPS GET that tells it is alive; nil for none.
 	Liveness *HTTPSCheck
 	// Privileged gives the container every capability and a writable
 	// /proc/sys (kube-proxy programs the node's packet filter).
 	Privileged bool
 }
 
-// HTTPSCheck is a GET https://127.0.0.1:<Port><Path>.
+// HTTPSCheck is a GET https://<Host>:<Port><Path>.
 type HTTPSCheck struct {
+	// Host is the address the component listens on; "" is 127.0.0.1.
+	Host string
 	Port int
 	Path string
 }
@@ -87,8 +89,12 @@ func (c Component) Pod() *corev1.Pod {
 		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	}
 	if c.Liveness != nil {
+		host := c.Liveness.Host
+		if host == "" {
+			host = "127.0.0.1"
+		}
 		container.LivenessProbe = &corev1.Probe{
-			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "127.0.0.1", Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
+			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: host, Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
 			InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
 		}
 	}
@@ -153,7 +159,7 @@ func (cp *ControlPlane) Components(binary string) []Component {
 		{Name: "etcd", Binary: binary, Args: cp.Etcd.Args, HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "etcd")}}},
 		{Name: "kube-apiserver", Binary: binary, Args: cp.APIServer.Args,
 			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "apiserver-certs")}, {Path: cp.admissionConfigDir(), ReadOnly: true}},
-			Liveness:  &HTTPSCheck{Port: cp.opts.APIServerPort, Path: "/livez"}},
+			Liveness:  &HTTPSCheck{Host: cp.probeHost(), Port: cp.opts.APIServerPort, Path: "/livez"}},
 	}
 	if cp.ControllerManager != nil {
 		list = append(list,
@@ -187,4 +193,14 @@ func (cp *ControlPlane) Components(binary string) []Component {
 			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "readiness-controller.kubeconfig"), ReadOnly: true}}})
 	}
 	return list
+}
+
+// probeHost is where the API server's liveness probe reaches it: its
+// --bind-address (a server on a host address does not listen on
+// loopback), or loopback when it listens on every address.
+func (cp *ControlPlane) probeHost() string {
+	if ip := netutils.ParseIPSloppy(cp.opts.BindAddress); ip != nil && !ip.IsUnspecified() {
+		return ip.String()
+	}
+	return "127.0.0.1"
 }

@@ -75,6 +75,10 @@ type Options struct {
 	// Token (or the file TokenFile) as printed by that cluster's first
 	// "up"; empty for the first server. Ignored once joined.
 	Server, Token, TokenFile string
+	// ClusterReset makes this server's etcd member a cluster of one, with
+	// its data, before it starts: the recovery after losing the quorum
+	// for good.
+	ClusterReset bool
 	// Proxy runs upstream's kube-proxy ("steadyplane proxy") on the node, so
 	// that Services route; it needs the node agent with the runc runtime
 	// (pods on a pod network) and root.

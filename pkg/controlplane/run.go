@@ -65,6 +65,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cp.launcher = l
 	}
+	if cp.opts.ClusterReset {
+		if err := cp.resetEtcd(ctx); err != nil {
+			return err
+		}
+	}
 	if d := cp.launcher.Describe(); d != "" {
 		cp.progressf("%s", d)
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	PeerCertFile, PeerKeyFile, PeerTrustedCAFile string
 	PeerClientCertAuth                           bool
 
+	// ForceNewCluster makes the member a cluster of one, keeping its data
+	// (the recovery when the other members are lost for good).
+	ForceNewCluster bool
+
 	LogLevel string
 	// StartTimeout bounds how long Run waits for the member to become ready.
 	StartTimeout time.Duration
@@ -77,6 +81,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PeerKeyFile, "peer-key-file", o.PeerKeyFile, "Key of --peer-cert-file.")
 	fs.StringVar(&o.PeerTrustedCAFile, "peer-trusted-ca-file", o.PeerTrustedCAFile, "CA that peer certificates must chain to.")
 	fs.BoolVar(&o.PeerClientCertAuth, "peer-client-cert-auth", o.PeerClientCertAuth, "Require peers to present a certificate signed by --peer-trusted-ca-file (when it is set).")
+	fs.BoolVar(&o.ForceNewCluster, "force-new-cluster", o.ForceNewCluster, "Make this member a cluster of one, with its data, dropping every other member (after the loss of quorum for good; unsafe otherwise).")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn, error, panic or fatal.")
 	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "How long to wait for the member to become ready before giving up.")
 }
@@ -130,6 +135,7 @@ func (o *Options) Config() (*embed.Config, error) {
 		return nil, fmt.Errorf("--initial-cluster-state=%q: want %q or %q", o.InitialClusterState, embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
 	}
 	cfg.InitialClusterToken = o.InitialClusterToken
+	cfg.ForceNewCluster = o.ForceNewCluster
 
 	if err := tlsPair("cert-file", o.CertFile, "key-file", o.KeyFile); err != nil {
 		return nil, err

@@ -96,10 +96,18 @@ func listMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
 // ctx, while another member is learning. It returns the member's ID and
 // its --initial-cluster.
 func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string, progressf func(string, ...any)) (uint64, string, error) {
+	var lastErr error
 	for {
 		members, err := listMembers(ctx, cli)
 		if err != nil {
-			return 0, "", err
+			// A leader election, or a member that just joined: the
+			// context bounds how long that may last.
+			progressf("etcd: %v; trying again", err)
+			lastErr = err
+			if werr := sleepCtx(ctx, 2*time.Second); werr != nil {
+				return 0, "", fmt.Errorf("etcd: adding member %s: %w (last: %v)", name, werr, lastErr)
+			}
+			continue
 		}
 		step, id := PlanJoin(members, peerURL)
 		switch step {
@@ -108,15 +116,17 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 			return id, InitialCluster(members, id, name), nil
 		case JoinAdd:
 			resp, err := cli.MemberAddAsLearner(ctx, []string{peerURL})
-			if errors.Is(err, rpctypes.ErrTooManyLearners) || errors.Is(err, rpctypes.ErrUnhealthy) {
-				// Another join got in first, or a member that just
-				// joined is not connected yet (etcd's strict
-				// reconfiguration check): wait as below.
-				progressf("etcd: not adding member %s yet: %v", name, err)
-				break
-			}
 			if err != nil {
-				return 0, "", fmt.Errorf("adding etcd member %s (%s) as a learner: %w", name, peerURL, err)
+				// Another join got in first (too many learners, or
+				// its change still pending: raft takes one at a
+				// time, and drops the other, which then times out),
+				// or a member that just joined is not connected yet
+				// (etcd's strict reconfiguration check). A change that
+				// timed out may still have been applied: the next
+				// look at the members tells.
+				progressf("etcd: not adding member %s yet: %v", name, err)
+				lastErr = err
+				break
 			}
 			var all []Member
 			for _, m := range resp.Members {
@@ -127,11 +137,19 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 		case JoinWait:
 			progressf("etcd: member %x is still catching up as a learner; etcd takes one at a time, waiting", id)
 		}
-		select {
-		case <-ctx.Done():
-			return 0, "", fmt.Errorf("etcd: waited for another server's join to finish (learner %x): %w", id, ctx.Err())
-		case <-time.After(2 * time.Second):
+		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+			return 0, "", fmt.Errorf("etcd: member %s not added: %w (last: %v)", name, err, lastErr)
 		}
+	}
+}
+
+// sleepCtx waits d, or less when ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 
@@ -205,4 +223,51 @@ func RemoveMember(ctx context.Context, cli *clientv3.Client, name string) error 
 		}
 	}
 	return fmt.Errorf("etcd: no member named %s", name)
+}
+
+// CanRemove says why removing member target would cost the cluster its
+// quorum, or nil: the members left must have a majority of healthy ones.
+func CanRemove(members []Member, healthy map[uint64]bool, target uint64) error {
+	left, up := 0, 0
+	found := false
+	for _, m := range members {
+		if m.ID == target {
+			found = true
+			continue
+		}
+		if m.IsLearner {
+			continue // learners do not vote
+		}
+		left++
+		if healthy[m.ID] {
+			up++
+		}
+	}
+	switch {
+	case !found:
+		return fmt.Errorf("member %x is not in the cluster", target)
+	case left == 0:
+		return errors.New("it is the last voting member: removing it would end the cluster")
+	case up < left/2+1:
+		return fmt.Errorf("%d of the %d members left would be healthy, short of a quorum of %d: bring the others back first", up, left, left/2+1)
+	}
+	return nil
+}
+
+// MemberHealth says which members answer a status request on one of
+// their client URLs within timeout.
+func MemberHealth(ctx context.Context, cli *clientv3.Client, members []Member, clientURLs map[uint64][]string, timeout time.Duration) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, m := range members {
+		for _, u := range clientURLs[m.ID] {
+			sctx, cancel := context.WithTimeout(ctx, timeout)
+			_, err := cli.Status(sctx, u)
+			cancel()
+			if err == nil {
+				out[m.ID] = true
+				break
+			}
+		}
+	}
+	return out
 }

@@ -1,6 +1,9 @@
 package etcd
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestPlanJoin(t *testing.T) {
 	const self = "https://10.0.0.2:2380"
@@ -37,5 +40,37 @@ func TestInitialCluster(t *testing.T) {
 	want := "member-3b=https://10.0.0.3:2380,n2=https://10.0.0.2:2380,steadyplane=https://10.0.0.1:2380"
 	if got != want {
 		t.Errorf("InitialCluster =\n %s\nwant\n %s", got, want)
+	}
+}
+
+func TestCanRemove(t *testing.T) {
+	three := []Member{{ID: 1}, {ID: 2}, {ID: 3}}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		healthy map[uint64]bool
+		target  uint64
+		wantErr string
+	}{
+		{name: "a dead member of three, two healthy", members: three, healthy: map[uint64]bool{1: true, 2: true}, target: 3},
+		{name: "a healthy member of three, all healthy", members: three, healthy: map[uint64]bool{1: true, 2: true, 3: true}, target: 3},
+		{name: "a healthy member when another is down: one of two left", members: three, healthy: map[uint64]bool{1: true, 3: true}, target: 3, wantErr: "1 of the 2 members left"},
+		{name: "the last member", members: []Member{{ID: 1}}, healthy: map[uint64]bool{1: true}, target: 1, wantErr: "last voting member"},
+		{name: "unknown member", members: three, healthy: map[uint64]bool{1: true, 2: true, 3: true}, target: 9, wantErr: "not in the cluster"},
+		{name: "a learner does not count for the quorum", members: []Member{{ID: 1}, {ID: 2}, {ID: 4, IsLearner: true}}, healthy: map[uint64]bool{1: true, 4: true}, target: 2, wantErr: ""},
+		{name: "removing the learner", members: []Member{{ID: 1}, {ID: 4, IsLearner: true}}, healthy: map[uint64]bool{1: true}, target: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CanRemove(tc.members, tc.healthy, tc.target)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

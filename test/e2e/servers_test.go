@@ -83,6 +83,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			keepLogs(t, s.name, s.dataDir)
 			testenv.CleanNode(filepath.Join(s.dataDir, "node"))
 			name, args := nw.NSEnter(i, s.name, bin, "cleanup", "--data-dir", s.dataDir)
 			_ = exec.Command(name, args...).Run()
@@ -235,6 +236,28 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 		}
 	}
 
+	// Secrets are encrypted in etcd with the key every server shares: one
+	// written through a joined server reads back through the first.
+	if out, err := spKubectl(ctx, bin, servers[1].kubeconfig(), "create", "secret", "generic", "enc", "--from-literal=k=plain-value"); err != nil {
+		t.Fatalf("kubectl create secret: %v\n%s", err, out)
+	}
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "secret", "enc", "-o", "jsonpath={.data.k}"); err != nil || strings.TrimSpace(out) != "cGxhaW4tdmFsdWU=" {
+		t.Errorf("the secret through the first server: %v, %q", err, out)
+	}
+	if cli, err := etcdClient(servers[0].dataDir, "https://"+servers[0].ip+":2379"); err != nil {
+		t.Error(err)
+	} else {
+		resp, err := cli.Get(ctx, "/registry/secrets/default/enc")
+		cli.Close()
+		stored := ""
+		if err == nil && len(resp.Kvs) == 1 {
+			stored = string(resp.Kvs[0].Value)
+		}
+		if !strings.HasPrefix(stored, "k8s:enc:secretbox:v1:key1:") || strings.Contains(stored, "plain-value") {
+			t.Errorf("the secret in etcd is not encrypted with secretbox key1: %v %q", err, stored)
+		}
+	}
+
 	// A Deployment spread over the three nodes.
 	spread := `apiVersion: apps/v1
 kind: Deployment
@@ -277,6 +300,46 @@ spec:
 	}
 	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", pods.Items[0].Name); err != nil || !strings.Contains(out, "hello from w3") {
 		t.Errorf("kubectl logs of the pod on the worker: %v\n%s", err, out)
+	}
+
+	// Remove a server and add it back.
+	servers[2].up.Stop(t)
+	if out, err := exec.CommandContext(ctx, bin, "remove-node", "s2", "--data-dir", servers[0].dataDir).CombinedOutput(); err != nil || !strings.Contains(string(out), "removed s2's etcd member") {
+		t.Fatalf("steadyplane remove-node s2: %v\n%s", err, out)
+	}
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "steadyplane learner=false"}) {
+		t.Errorf("etcd members after remove-node: %v, %v", members, err)
+	}
+	waitFor(t, ctx, time.Minute, "s2 gone from the Nodes and the API servers", func() (bool, string) {
+		eps, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, nodeErr := client.CoreV1().Nodes().Get(ctx, "s2", metav1.GetOptions{})
+		var addrs []string
+		for _, e := range eps.Items {
+			for _, ep := range e.Endpoints {
+				addrs = append(addrs, ep.Addresses...)
+			}
+		}
+		return len(addrs) == 2 && !slices.Contains(addrs, servers[2].ip) && nodeErr != nil, fmt.Sprintf("API servers %v, Node s2: %v", addrs, nodeErr)
+	})
+	name, args = nw.NSEnter(2, "s2", bin, "cleanup", "--data-dir", servers[2].dataDir, "--remove-data")
+	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("steadyplane cleanup --remove-data: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(servers[2].dataDir, "images"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.BusyboxArchive(filepath.Join(servers[2].dataDir, "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	begun = time.Now()
+	start(2, "--server", servers[0].url(), "--token-file", tokenPath)
+	servers[2].up.WaitUp(t, 5*time.Minute)
+	t.Logf("the removed server joined again in %.1fs", time.Since(begun).Seconds())
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "s2 learner=false", "steadyplane learner=false"}) {
+		t.Errorf("etcd members after s2 joined again: %v, %v", members, err)
 	}
 
 	// A client-go program reads throughout, through the first server's
@@ -325,9 +388,27 @@ spec:
 		t.Errorf("the client-go reader saw %d failed reads of %d", failed, reads)
 	}
 
-	for _, s := range servers[1:] {
-		s.up.Stop(t)
+	// Two of three lost: the API says so; a cluster reset brings the
+	// survivor back with its data.
+	n := nw.KillAll(1)
+	t.Logf("killed %d processes on s1: one server of three left", n)
+	out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "--request-timeout=15s", "create", "configmap", "without-quorum")
+	t.Logf("a write without etcd quorum: %v\n%s", err, out)
+	if err == nil {
+		t.Errorf("a write succeeded with one etcd member of three")
 	}
+	servers[2].up.Stop(t)
+	begun = time.Now()
+	start(2, "--cluster-reset")
+	servers[2].up.WaitUp(t, 5*time.Minute)
+	t.Logf("the survivor is up again after a cluster reset in %.1fs", time.Since(begun).Seconds())
+	if out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "get", "configmap", "after-host-kill", "-o", "name"); err != nil || !strings.Contains(out, "configmap/after-host-kill") {
+		t.Errorf("data written before the loss, after the reset: %v\n%s", err, out)
+	}
+	if out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "create", "configmap", "after-reset"); err != nil {
+		t.Errorf("a write after the reset: %v\n%s", err, out)
+	}
+	servers[2].up.Stop(t)
 }
 
 // etcdClient reaches endpoint with the API server's etcd credentials of dataDir.
@@ -439,4 +520,27 @@ func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what stri
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("waited %v for %s: %s", timeout, what, last)
+}
+
+// keepLogs copies a failed test's server logs (up's components and the
+// static pods' containers) to $TMPDIR/steadyplane-e2e-ha/<name>, which the
+// test's temporary directory does not outlive.
+func keepLogs(t *testing.T, name, dataDir string) {
+	if !t.Failed() {
+		return
+	}
+	dst := filepath.Join(os.TempDir(), "steadyplane-e2e-ha", name)
+	_ = os.RemoveAll(dst)
+	_ = filepath.WalkDir(dataDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil
+		}
+		rel, _ := filepath.Rel(dataDir, path)
+		if b, err := os.ReadFile(path); err == nil {
+			_ = os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o700)
+			_ = os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+		}
+		return nil
+	})
+	t.Logf("%s's logs: %s", name, dst)
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +41,17 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 	// The injected address is the test's own, with nothing listening: a
 	// client misled into using it would fail against the test, not a stranger.
 	injected := fmt.Sprintf(`h2="%s:443"; ma=86400`, gw)
+	var posts atomic.Int64
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Alt-Svc", injected)
+		if r.Method == http.MethodPost {
+			// The pod's own "not ready" answer to a write it may have
+			// acted on (no Retry-After: client-go's own retry stays out).
+			posts.Add(1)
+			w.Header().Set("X-Kubernetes-Ready", "false")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprint(w, "pod says hi")
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(l)
@@ -90,6 +100,15 @@ func checkProxyInjection(ctx context.Context, t *testing.T, c *testenv.HACluster
 		if strings.HasPrefix(h.Host, gw.String()+":") {
 			t.Errorf("a client learned the address a pod injected: %+v", pool.Hosts())
 		}
+	}
+	// A pod's 503 with X-Kubernetes-Ready: false is the pod's answer, not
+	// a server's refusal: the write is not sent on to another server.
+	err = cs.CoreV1().RESTClient().Post().AbsPath(proxyPath + "submit").Body([]byte("once")).Do(ctx).Error()
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("POST through the proxy: %v, want the pod's 503", err)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("the pod received the write %d times, want once", n)
 	}
 	// The header as it leaves the server, seen by a plain HTTP/2 client.
 	if got := altSvcHeader(t, c, 0, proxyPath, true, true); got != want {

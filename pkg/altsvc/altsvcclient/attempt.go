@@ -140,7 +140,7 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 		at := Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: i == len(plan)-1, Connected: phase == Connected}
 		var wait time.Duration
 		if err == nil {
-			at.Failure, wait = ClassifyResponse(resp.StatusCode, resp.Header)
+			at.Failure, wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
 			if at.Failure != NotReadyFailure {
 				if err = a.accept(req, resp, pool, host); err != nil {
 					at.Responded, phase, at.Connected = false, Connected, true

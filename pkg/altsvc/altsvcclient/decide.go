@@ -241,12 +241,16 @@ func Classify(err error, phase Phase) Failure {
 	return NotHostFailure
 }
 
-// ClassifyResponse tells what a response says about the host that sent it:
-// NotReadyFailure, with how long to leave the host out, for a KEP-3028
-// refusal (503 with X-Kubernetes-Ready: false, guaranteed unprocessed);
-// NotHostFailure for every other answer, which client-go's own retry handles.
-func ClassifyResponse(status int, h http.Header) (Failure, time.Duration) {
-	if status != http.StatusServiceUnavailable || ifready.AnswerFromHeader(h) != ifready.Initializing {
+// ClassifyResponse tells what a response to a request for path says about
+// the host that sent it: NotReadyFailure, with how long to leave the host
+// out, for a KEP-3028 refusal (503 with X-Kubernetes-Ready: false,
+// guaranteed unprocessed); NotHostFailure for every other answer, which
+// client-go's own retry handles. An answer relayed through a proxy
+// subresource is the backend's, whatever its headers say: taken for the
+// server's refusal, it would send a write on to another server although the
+// backend may have acted on it.
+func ClassifyResponse(path string, status int, h http.Header) (Failure, time.Duration) {
+	if status != http.StatusServiceUnavailable || ifready.AnswerFromHeader(h) != ifready.Initializing || !MayLearnFrom(path) {
 		return NotHostFailure, 0
 	}
 	wait := time.Second
@@ -277,10 +281,10 @@ func MayResend(method string, connected, bodyReplayable bool) bool {
 	return false
 }
 
-// MayLearnFrom reports whether the Alt-Svc header of a response to path may
-// be believed: only an API server's own answers count, never one relayed
-// from a pod, service or node through a proxy subresource, where the backend
-// chooses the headers.
+// MayLearnFrom reports whether the headers of a response to path (Alt-Svc,
+// X-Kubernetes-Ready) may be believed: only an API server's own answers
+// count, never one relayed from a pod, service or node through a proxy
+// subresource, where the backend chooses the headers.
 func MayLearnFrom(path string) bool {
 	for path != "" {
 		var seg string

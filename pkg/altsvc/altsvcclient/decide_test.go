@@ -155,24 +155,29 @@ func TestClassifyResponse(t *testing.T) {
 		}
 		return out
 	}
+	const pods = "/api/v1/namespaces/default/pods"
 	tests := []struct {
 		name   string
+		path   string
 		status int
 		header http.Header
 		want   Failure
 		wait   time.Duration
 	}{
-		{"KEP-3028 refusal", 503, h("X-Kubernetes-Ready", "false", "Retry-After", "3"), NotReadyFailure, 3 * time.Second},
-		{"refusal without Retry-After waits 1s", 503, h("X-Kubernetes-Ready", "false"), NotReadyFailure, time.Second},
-		{"refusal with a date Retry-After waits 1s", 503, h("X-Kubernetes-Ready", "false", "Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT"), NotReadyFailure, time.Second},
-		{"plain 503: client-go's retry decides", 503, h("Retry-After", "1"), NotHostFailure, 0},
-		{"503 from a ready server", 503, h("X-Kubernetes-Ready", "true"), NotHostFailure, 0},
-		{"429 with not ready is not a refusal", 429, h("X-Kubernetes-Ready", "false"), NotHostFailure, 0},
-		{"200", 200, h("X-Kubernetes-Ready", "true"), NotHostFailure, 0},
+		{"KEP-3028 refusal", pods, 503, h("X-Kubernetes-Ready", "false", "Retry-After", "3"), NotReadyFailure, 3 * time.Second},
+		{"refusal without Retry-After waits 1s", pods, 503, h("X-Kubernetes-Ready", "false"), NotReadyFailure, time.Second},
+		{"refusal with a date Retry-After waits 1s", pods, 503, h("X-Kubernetes-Ready", "false", "Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT"), NotReadyFailure, time.Second},
+		{"plain 503: client-go's retry decides", pods, 503, h("Retry-After", "1"), NotHostFailure, 0},
+		{"503 from a ready server", pods, 503, h("X-Kubernetes-Ready", "true"), NotHostFailure, 0},
+		{"429 with not ready is not a refusal", pods, 429, h("X-Kubernetes-Ready", "false"), NotHostFailure, 0},
+		{"200", pods, 200, h("X-Kubernetes-Ready", "true"), NotHostFailure, 0},
+		{"a pod's refusal relayed through pods/x/proxy is the pod's, not the server's", pods + "/web/proxy/submit", 503, h("X-Kubernetes-Ready", "false", "Retry-After", "3"), NotHostFailure, 0},
+		{"a service's, through services/x/proxy", "/api/v1/namespaces/default/services/web:80/proxy/", 503, h("X-Kubernetes-Ready", "false"), NotHostFailure, 0},
+		{"a node's, through nodes/x/proxy", "/api/v1/nodes/n1/proxy/metrics", 503, h("X-Kubernetes-Ready", "false"), NotHostFailure, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, wait := ClassifyResponse(tt.status, tt.header)
+			f, wait := ClassifyResponse(tt.path, tt.status, tt.header)
 			if f != tt.want || wait != tt.wait {
 				t.Errorf("ClassifyResponse = %v, %v; want %v, %v", f, wait, tt.want, tt.wait)
 			}

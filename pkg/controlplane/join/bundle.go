@@ -23,6 +23,9 @@ type Bundle struct {
 	NodeCIDRMaskSize                        int
 	// EtcdClientPort is where the servers' etcd members serve clients.
 	EtcdClientPort int
+	// EncryptionConfig is the API servers' EncryptionConfiguration: the
+	// keys Secrets are encrypted with in etcd, which every server needs.
+	EncryptionConfig []byte
 }
 
 // bundleKeyInfo binds the derived key to its one use.

@@ -20,6 +20,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/client-go/util/keyutil"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
@@ -152,11 +153,25 @@ func registerNode(ctx context.Context, client kubernetes.Interface, name string,
 	if err != nil {
 		return "", fmt.Errorf("registering Node %s: %w", name, err)
 	}
-	if !hasAddress(got, ip) {
-		got.Status.Addresses = append(got.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
-		if got, err = client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-			return "", fmt.Errorf("writing Node %s's address: %w", name, err)
+	// The controller manager writes the Node too (its pod range): on a
+	// conflict, read it again and add the address to what is there.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if hasAddress(got, ip) {
+			return nil
 		}
+		got.Status.Addresses = append(got.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+		updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		if err == nil {
+			got = updated
+			return nil
+		}
+		if fresh, gerr := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+			got = fresh
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("writing Node %s's address: %w", name, err)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for got.Spec.PodCIDR == "" {

@@ -81,6 +81,11 @@ type Observation struct {
 	// LastTermination describes the container's last end ("exit code 1:
 	// <termination message>"), "" if it never ended.
 	LastTermination string
+	// EtcdTLSRefused is why etcd refuses the TLS of the revision's own
+	// etcd client settings (its --etcd-cafile, --etcd-certfile and
+	// --etcd-keyfile), tried while the API server has not started
+	// listening; "" when it accepts them, or nothing is known.
+	EtcdTLSRefused string
 	// Healthz and Readyz are the API server's answers; nil when it did not
 	// answer at all.
 	Healthz, Readyz *Probe
@@ -163,6 +168,20 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		return Verdict{Action: Wait, Reason: fallback.NeverStartedUp, Message: "waiting for the first start attempt"}
 	}
 	healthy := o.Healthz != nil && o.Healthz.OK
+	if o.Running && o.Healthz == nil && o.EtcdTLSRefused != "" {
+		// The API server waits up to its storage timeout for an etcd it
+		// can never reach with these settings; the verdict is due now.
+		return Verdict{Action: FallBack, Reason: fallback.EtcdUnhealthy,
+			Message: fmt.Sprintf("revision %s cannot reach etcd with its etcd client settings: %s", revision, o.EtcdTLSRefused)}
+	}
+	if !o.Running && o.StartAttempts-o.LivenessKills >= 1 {
+		if line := etcdFailure(o.LastTermination, o.EtcdServers); line != "" {
+			// It exited because it could not reach etcd: the next start
+			// would wait as long again, so the first exit decides.
+			return Verdict{Action: FallBack, Reason: fallback.EtcdUnhealthy,
+				Message: fmt.Sprintf("revision %s exited, etcd did not answer it: %s; last end: %s", revision, line, o.LastTermination)}
+		}
+	}
 	if o.StartAttempts-o.LivenessKills > 1 && !(o.Running && healthy) {
 		msg := fmt.Sprintf("revision %s was started %d times", revision, o.StartAttempts)
 		reason := fallback.CrashLooping

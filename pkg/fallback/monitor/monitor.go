@@ -48,6 +48,9 @@ type Monitor struct {
 	Server   Server
 	Clock    clock.PassiveClock
 	Log      *slog.Logger
+	// Etcd tries the revision's etcd client settings while its API server
+	// waits for etcd; nil for never.
+	Etcd EtcdTLS
 
 	// since is when the monitor first saw its revision in place, and
 	// then when it first saw it started.
@@ -159,6 +162,9 @@ func (m *Monitor) observe(ctx context.Context) Observation {
 		m.since, m.started, o.Watched = now, true, 0
 	}
 	o.Healthz = m.Server.Probe(ctx, "/healthz?verbose")
+	if o.Running && o.Healthz == nil && m.Etcd != nil && o.Watched >= etcdTLSAfter {
+		o.EtcdTLSRefused = m.Etcd.Refused(ctx, pod)
+	}
 	if o.Healthz != nil && o.Healthz.OK {
 		o.Readyz = m.Server.Probe(ctx, "/readyz?verbose")
 		o.Mirror = m.Server.MirrorPod(ctx, pod.Namespace, pod.Name)

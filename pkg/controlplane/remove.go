@@ -1,0 +1,141 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/etcd"
+	"github.com/steadyplane/steadyplane/pkg/pki"
+)
+
+// masterLeasesPrefix is where the API servers' endpoint leases are kept
+// in etcd (kube-apiserver's lease endpoint reconciler: /registry +
+// /masterleases/<ip>).
+const masterLeasesPrefix = "/registry/masterleases/"
+
+// RemoveNode takes the server or worker name out of the cluster that the
+// server in dataDir belongs to: its etcd member (when it is a server; only
+// if the members left keep a quorum), its API server's endpoint, and its
+// Node. The host itself is not touched: stop "up" there first, and clean
+// its data directory before it joins again.
+func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string, ...any)) error {
+	st, err := LoadClusterState(dataDir)
+	if err != nil {
+		return err
+	}
+	client, err := removeClient(dataDir)
+	if err != nil {
+		return err
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("no Node %s in the cluster", name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading Node %s: %w", name, err)
+	}
+	var ips []string
+	for _, a := range node.Status.Addresses {
+		if a.Type == "InternalIP" {
+			ips = append(ips, a.Address)
+		}
+	}
+	cli, err := dataDirEtcdClient(dataDir, st)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("listing etcd members: %w", err)
+	}
+	var members []etcd.Member
+	clientURLs := map[uint64][]string{}
+	target := uint64(0)
+	for _, m := range resp.Members {
+		members = append(members, etcd.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
+		clientURLs[m.ID] = m.ClientURLs
+		for _, p := range m.PeerURLs {
+			if u, err := url.Parse(p); err == nil && slices.Contains(ips, u.Hostname()) {
+				target = m.ID
+			}
+		}
+	}
+	if target != 0 {
+		healthy := etcd.MemberHealth(ctx, cli, members, clientURLs, 2*time.Second)
+		if err := etcd.CanRemove(members, healthy, target); err != nil {
+			return fmt.Errorf("not removing %s's etcd member: %w", name, err)
+		}
+		if _, err := cli.MemberRemove(ctx, target); err != nil {
+			return fmt.Errorf("removing %s's etcd member: %w", name, err)
+		}
+		progressf("removed %s's etcd member %x (%d members left)", name, target, len(members)-1)
+	}
+	for _, ip := range ips {
+		if resp, err := cli.Delete(ctx, masterLeasesPrefix+ip); err != nil {
+			return fmt.Errorf("removing %s's API server endpoint: %w", name, err)
+		} else if resp.Deleted > 0 {
+			progressf("removed %s's API server (%s) from the kubernetes Endpoints", name, ip)
+		}
+	}
+	if err := client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Node %s: %w", name, err)
+	}
+	progressf("deleted Node %s", name)
+	if target != 0 {
+		progressf("%s's data directory cannot start again (its etcd member is gone): there, stop up and run steadyplane cleanup --remove-data, then join it again with up --server and the token", name)
+	}
+	return nil
+}
+
+// removeClient is an admin client from dataDir's kubeconfig, failing over
+// between the servers it lists.
+func removeClient(dataDir string) (kubernetes.Interface, error) {
+	cfg, _, err := clientconfig.Load(filepath.Join(dataDir, "admin.kubeconfig"), clientconfig.Options{})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 15 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+// dataDirEtcdClient reaches the etcd members of the servers dataDir knows,
+// with its API server's etcd client certificate.
+func dataDirEtcdClient(dataDir string, st ClusterState) (*clientv3.Client, error) {
+	dir := filepath.Join(dataDir, "pki")
+	var files [3][]byte
+	for i, name := range []string{pki.APIServerEtcdClientName + ".crt", pki.APIServerEtcdClientName + ".key", pki.EtcdCAName + ".crt"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("%s is not a server's data directory: %w", dataDir, err)
+		}
+		files[i] = b
+	}
+	port := st.EtcdClientPort
+	if port == 0 {
+		port = NewOptions().EtcdClientPort
+	}
+	var endpoints []string
+	for _, s := range st.Servers {
+		if host, _, err := net.SplitHostPort(s); err == nil {
+			endpoints = append(endpoints, "https://"+net.JoinHostPort(host, strconv.Itoa(port)))
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%s knows no server of its cluster (%s)", dataDir, clusterFile)
+	}
+	return newEtcdClient(endpoints, files[0], files[1], files[2])
+}
