@@ -13,9 +13,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -192,27 +189,14 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	return nil
 }
 
-// choosePodCIDR gives this node the first free range of the cluster's and
-// makes its Node with it.
+// choosePodCIDR registers this server's Node and takes the pod range the
+// controller manager allocates to it.
 func (cp *ControlPlane) choosePodCIDR(ctx context.Context, client kubernetes.Interface) error {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("listing Nodes to choose a pod range: %w", err)
-	}
-	assigned := map[string]string{}
-	for _, n := range nodes.Items {
-		assigned[n.Name] = n.Spec.PodCIDR
-	}
-	cidr, err := join.ChoosePodCIDR(cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, assigned, cp.opts.NodeName)
+	cidr, err := join.RegisterNode(ctx, client, cp.opts.NodeName, net.ParseIP(cp.nodeIP()), cp.progressf)
 	if err != nil {
 		return err
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: cp.opts.NodeName}, Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
-	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("registering Node %s with pod range %s: %w", cp.opts.NodeName, cidr, err)
-	}
 	cp.state.PodCIDR, cp.opts.PodCIDR = cidr, cidr
-	cp.progressf("node %s: pod range %s", cp.opts.NodeName, cidr)
 	return nil
 }
 

@@ -79,7 +79,13 @@ func InitialCluster(members []Member, self uint64, name string) string {
 	return strings.Join(parts, ",")
 }
 
+// callTimeout bounds one call to the cluster while a member joins: a
+// change raft dropped (another one was pending) never answers.
+const callTimeout = 10 * time.Second
+
 func listMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	resp, err := cli.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing etcd members: %w", err)
@@ -115,7 +121,9 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 			progressf("etcd: member %s (%s) is already in the cluster (%s)", name, peerURL, strings.ToLower(string(step)))
 			return id, InitialCluster(members, id, name), nil
 		case JoinAdd:
-			resp, err := cli.MemberAddAsLearner(ctx, []string{peerURL})
+			actx, cancel := context.WithTimeout(ctx, callTimeout)
+			resp, err := cli.MemberAddAsLearner(actx, []string{peerURL})
+			cancel()
 			if err != nil {
 				// Another join got in first (too many learners, or
 				// its change still pending: raft takes one at a
@@ -158,7 +166,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func Promote(ctx context.Context, cli *clientv3.Client, id uint64, progressf func(string, ...any)) error {
 	var shown time.Time
 	for {
-		_, err := cli.MemberPromote(ctx, id)
+		pctx, cancel := context.WithTimeout(ctx, callTimeout)
+		_, err := cli.MemberPromote(pctx, id)
+		cancel()
 		if err == nil {
 			progressf("etcd: member %x promoted to a voting member", id)
 			return nil

@@ -51,6 +51,10 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three steadyplane up")
 	}
+	// Its hosts are network namespaces of their own (their kube-proxies,
+	// bridges and ports are theirs): it runs beside the package's
+	// single-host tests, which share the machine's.
+	t.Parallel()
 	testenv.RequireNetwork(t)
 	testimage.RequireBusybox(t)
 	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.216.") {

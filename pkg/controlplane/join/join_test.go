@@ -208,36 +208,3 @@ func TestDiscoverCA(t *testing.T) {
 		}
 	})
 }
-
-func TestChoosePodCIDR(t *testing.T) {
-	for _, tc := range []struct {
-		name, cluster string
-		mask          int
-		assigned      map[string]string
-		self, want    string
-		wantErr       string
-	}{
-		{name: "first node", cluster: "10.244.0.0/16", mask: 24, self: "a", want: "10.244.0.0/24"},
-		{name: "next free", cluster: "10.244.0.0/16", mask: 24, assigned: map[string]string{"a": "10.244.0.0/24", "b": "10.244.1.0/24"}, self: "c", want: "10.244.2.0/24"},
-		{name: "a gap is reused", cluster: "10.244.0.0/16", mask: 24, assigned: map[string]string{"a": "10.244.0.0/24", "b": "10.244.2.0/24"}, self: "c", want: "10.244.1.0/24"},
-		{name: "a node keeps its range", cluster: "10.244.0.0/16", mask: 24, assigned: map[string]string{"a": "10.244.0.0/24", "c": "10.244.7.0/24"}, self: "c", want: "10.244.7.0/24"},
-		{name: "a node not allocated yet does not count", cluster: "10.244.0.0/16", mask: 24, assigned: map[string]string{"a": ""}, self: "b", want: "10.244.0.0/24"},
-		{name: "full", cluster: "10.244.0.0/23", mask: 24, assigned: map[string]string{"a": "10.244.0.0/24", "b": "10.244.1.0/24"}, self: "c", wantErr: "no free /24"},
-		{name: "mask wider than the cluster", cluster: "10.244.0.0/24", mask: 16, self: "a", wantErr: "does not fit"},
-		{name: "IPv6", cluster: "fd00:10:244::/56", mask: 64, assigned: map[string]string{"a": "fd00:10:244::/64"}, self: "b", want: "fd00:10:244:1::/64"},
-		{name: "bad cluster", cluster: "10.244.0.0", mask: 24, self: "a", wantErr: "cluster CIDR"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ChoosePodCIDR(tc.cluster, tc.mask, tc.assigned, tc.self)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
-			}
-		})
-	}
-}

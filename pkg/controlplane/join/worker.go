@@ -124,7 +124,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	if err != nil {
 		return nil, err
 	}
-	if creds.PodCIDR, err = registerNode(ctx, client, w.NodeName, ip, w.logf); err != nil {
+	if creds.PodCIDR, err = RegisterNode(ctx, client, w.NodeName, ip, w.logf); err != nil {
 		return nil, err
 	}
 	servingPair := filepath.Join(w.Dir, workerServing)
@@ -140,11 +140,12 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	return creds, nil
 }
 
-// registerNode makes the Node (labels and address as the agent will
+// RegisterNode makes the Node (labels and address as the agent will
 // write them), so that the controller manager allocates its pod range
-// and the servers can check the serving certificate's address, and waits
-// for the range.
-func registerNode(ctx context.Context, client kubernetes.Interface, name string, ip net.IP, logf func(string, ...any)) (string, error) {
+// (one allocator for the cluster: two nodes joining at once never get the
+// same range) and the servers can check the serving certificate's address,
+// and waits for the range.
+func RegisterNode(ctx context.Context, client kubernetes.Interface, name string, ip net.IP, logf func(string, ...any)) (string, error) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}
 	got, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
