@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,10 @@ type Options struct {
 	// finishes: a revision that starts and never becomes ready, for the
 	// fallback's tests (a hidden flag).
 	TestUnfinishedPostStartHook bool
+
+	// serving, when set, is closed by Run once the server is about to
+	// serve: until then a stop signal has nothing to drain.
+	serving chan struct{}
 }
 
 // UnfinishedPostStartHook names the test-only hook that never finishes.
@@ -159,6 +164,8 @@ as upstream documents it; steadyplane's own flags are listed in their own sectio
 			}
 			featureGate.(featuregate.MutableFeatureGate).AddMetrics()
 			s.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
+			sp.serving = make(chan struct{})
+			go exitIfStoppedBeforeServing(ctx, sp.serving)
 			return Run(ctx, completed, sp)
 		},
 		Args: cobra.NoArgs,
@@ -212,6 +219,9 @@ func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error 
 	server, err := app.CreateServerChain(completed)
 	if err != nil {
 		return err
+	}
+	if sp.serving != nil {
+		close(sp.serving)
 	}
 	prepared, err := server.PrepareRun()
 	if err != nil {
@@ -325,4 +335,20 @@ func listenAll(bind net.IP, port int, also []net.IP) (net.Listener, error) {
 		return nil, fmt.Errorf("listening on %s: %w", strings.Join(addrs, ", "), err)
 	}
 	return ln, nil
+}
+
+// exitIfStoppedBeforeServing exits the process at once when ctx ends (a
+// stop signal) before serving is closed. Building the server can wait for
+// etcd for as long as its dial timeout (20s) without looking at ctx, and
+// no request is there to drain: a revision that cannot reach etcd, which
+// its startup monitor has just replaced, would otherwise hold the node's
+// API server port for that long.
+func exitIfStoppedBeforeServing(ctx context.Context, serving <-chan struct{}) {
+	select {
+	case <-serving:
+	case <-ctx.Done():
+		klog.InfoS("Stopped before serving: nothing to drain, exiting now")
+		klog.Flush()
+		os.Exit(0)
+	}
 }
