@@ -64,7 +64,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.StringVar(&o.Server, "server", "", "Join the cluster of this API server (https://host:port) as another server, with --token or --token-file; ignored once this data directory has joined.")
 	fs.StringVar(&o.Token, "token", "", "Join token, as the first server's up prints it (its <data-dir>/token); it pins the cluster's CA.")
 	fs.StringVar(&o.TokenFile, "token-file", "", "File holding the join token (safer than --token, which other users can see in the process list).")
-	fs.BoolVar(&o.ClusterReset, "cluster-reset", false, "Before starting, make this server's etcd member a cluster of one with its data (etcd's --force-new-cluster): the way back after losing the other servers for good, when the API answers that etcd has no quorum. Other servers then join again from new data directories.")
+	fs.BoolVar(&o.ClusterReset, "cluster-reset", false, "Make this server's etcd member a cluster of one with its data (etcd's --force-new-cluster), then exit: the way back after losing the other servers for good, when writes fail for want of an etcd quorum. Start up again without it; the other servers join again from new data directories.")
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (as root with runc and the API server on loopback, the address up puts on the pods' bridge, the first of --pod-cidr).")

@@ -91,7 +91,7 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		// resolve anywhere).
 		"--kubelet-client-certificate=" + p.APIServerKubeletClient.CertPath,
 		"--kubelet-client-key=" + p.APIServerKubeletClient.KeyPath,
-		"--kubelet-certificate-authority=" + p.CA.CertPath,
+		"--kubelet-certificate-authority=" + p.KubeletCA.CertPath,
 		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-key-file=" + p.ServiceAccountPub,
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,

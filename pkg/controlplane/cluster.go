@@ -174,6 +174,9 @@ func (cp *ControlPlane) followServers(ctx context.Context, interval time.Duratio
 		if err := cp.refreshServers(rctx); err != nil && ctx.Err() == nil {
 			cp.progressf("reading the cluster's API servers: %v", err)
 		}
+		if err := cp.republishIfRotated(rctx); err != nil && ctx.Err() == nil {
+			cp.progressf("sealing the join data again: %v", err)
+		}
 		cancel()
 		select {
 		case <-ctx.Done():

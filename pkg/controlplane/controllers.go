@@ -50,8 +50,16 @@ func ControllerManagerArgs(p *pki.Cluster, c ControllerManager) []string {
 		"--controllers=*,bootstrapsigner,tokencleaner",
 		"--service-account-private-key-file=" + p.ServiceAccountKey,
 		"--root-ca-file=" + p.CA.CertPath,
-		"--cluster-signing-cert-file=" + p.CA.CertPath,
-		"--cluster-signing-key-file=" + p.CA.KeyPath,
+		// Node serving certificates from a CA of their own (the names in
+		// them are the nodes' choice), every other signer the cluster CA.
+		"--cluster-signing-kubelet-serving-cert-file=" + p.KubeletCA.CertPath,
+		"--cluster-signing-kubelet-serving-key-file=" + p.KubeletCA.KeyPath,
+		"--cluster-signing-kubelet-client-cert-file=" + p.CA.CertPath,
+		"--cluster-signing-kubelet-client-key-file=" + p.CA.KeyPath,
+		"--cluster-signing-kube-apiserver-client-cert-file=" + p.CA.CertPath,
+		"--cluster-signing-kube-apiserver-client-key-file=" + p.CA.KeyPath,
+		"--cluster-signing-legacy-unknown-cert-file=" + p.CA.CertPath,
+		"--cluster-signing-legacy-unknown-key-file=" + p.CA.KeyPath,
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr=" + c.ClusterCIDR,
 		"--node-cidr-mask-size=" + strconv.Itoa(c.NodeCIDRMaskSize),

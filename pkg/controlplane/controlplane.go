@@ -58,6 +58,9 @@ type ControlPlane struct {
 	state ClusterState
 	// etcdJoin is set while this server's etcd member joins the cluster.
 	etcdJoin *etcdJoin
+	// sealedEncryption is the encryption configuration the published
+	// join data carries.
+	sealedEncryption []byte
 }
 
 // Prepare checks the options, takes the data directory's lock (one control

@@ -108,7 +108,10 @@ func TestPrepareArguments(t *testing.T) {
 		"--kubeconfig=" + filepath.Join(cp.DataDir(), "controller-manager.kubeconfig"),
 		"--leader-elect=true", "--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + cp.PKI().ServiceAccountKey,
-		"--cluster-signing-key-file=" + filepath.Join(cp.DataDir(), "pki", "ca.key"),
+		"--cluster-signing-kube-apiserver-client-key-file=" + filepath.Join(cp.DataDir(), "pki", "ca.key"),
+		// Node serving certificates from the kubelet CA, which the API
+		// server trusts for nothing else.
+		"--cluster-signing-kubelet-serving-key-file=" + filepath.Join(cp.DataDir(), "pki", "kubelet-ca.key"),
 		"--allocate-node-cidrs=true --cluster-cidr=10.244.0.0/16 --node-cidr-mask-size=24",
 		"--bind-address=127.0.0.1 --secure-port=10257",
 	} {

@@ -144,7 +144,7 @@ func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 // reach a quorum. The other servers must join again, from clean data
 // directories.
 func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member")); err != nil {
+	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member", "wal")); err != nil {
 		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.etcdDataDir())
 	}
 	cp.progressf("cluster reset: making this server's etcd member a cluster of one, with its data")
@@ -164,5 +164,6 @@ func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
 		return err
 	}
 	cp.progressf("cluster reset done: this server is the cluster's only one; other servers join again with up --server from new data directories")
+	cp.progressf("start up again without --cluster-reset (a reset on every start would drop the servers that joined since)")
 	return nil
 }

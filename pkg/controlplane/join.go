@@ -44,7 +44,8 @@ func (cp *ControlPlane) joined() bool { return cp.state.JoinedFrom != "" }
 // the token), opens the join data sealed for the token and puts the
 // cluster's keys in place, before the PKI is completed with this server's
 // own certificates. A data directory that joined already is reused as
-// is; one that belongs to a cluster of its own is refused.
+// is; one that holds another cluster's CA is refused (ImportCA), one a
+// join left half-way is joined again.
 func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	if cp.joined() {
 		if cp.opts.Server != "" {
@@ -54,9 +55,6 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	}
 	if cp.opts.Server == "" {
 		return nil
-	}
-	if _, err := os.Stat(filepath.Join(cp.dataDir, "pki", pki.CAName+".crt")); err == nil {
-		return fmt.Errorf("data directory %s holds a cluster of its own (pki/%s.crt): a server joins with a new --data-dir", cp.dataDir, pki.CAName)
 	}
 	raw := cp.opts.Token
 	if cp.opts.TokenFile != "" {
@@ -84,6 +82,9 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 		return err
 	}
 	if err := store.ImportCA(pki.EtcdCAName, b.EtcdCACert, b.EtcdCAKey); err != nil {
+		return err
+	}
+	if err := store.ImportCA(pki.KubeletCAName, b.KubeletCACert, b.KubeletCAKey); err != nil {
 		return err
 	}
 	if err := store.ImportSigningKey(pki.ServiceAccountKeyName, b.ServiceAccountKey); err != nil {
@@ -173,19 +174,38 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	if err := clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives()); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member")); err == nil {
-		return nil
-	}
 	cli, err := cp.etcdClient(cp.otherEtcdEndpoints())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	// etcd makes member/ before it first reaches a peer; its log (wal/)
+	// shows it ran.
+	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member", "wal")); err == nil {
+		return cp.resumePromotion(ctx, cli)
+	}
 	id, initial, err := etcd.AddLearner(ctx, cli, cp.etcdName(), cp.etcdPeerURL(), cp.progressf)
 	if err != nil {
 		return err
 	}
 	cp.etcdJoin = &etcdJoin{id: id, initialCluster: initial, endpoints: cp.otherEtcdEndpoints()}
+	return nil
+}
+
+// resumePromotion, for a joined member that has run, promotes it first
+// when it is still a learner (a start that ended before the promotion):
+// a learner serves the API server nothing. When the other members cannot
+// be asked, it starts as it is.
+func (cp *ControlPlane) resumePromotion(ctx context.Context, cli *clientv3.Client) error {
+	members, err := etcd.ListMembers(ctx, cli)
+	if err != nil {
+		cp.progressf("etcd: the other members do not answer (%v); starting this one as it is", err)
+		return nil
+	}
+	if step, id := etcd.PlanJoin(members, cp.etcdPeerURL()); step == etcd.JoinResume {
+		cp.progressf("etcd: this member is still a learner; it is promoted once caught up")
+		cp.etcdJoin = &etcdJoin{id: id, initialCluster: etcd.InitialCluster(members, id, cp.etcdName()), endpoints: cp.otherEtcdEndpoints()}
+	}
 	return nil
 }
 
@@ -304,32 +324,50 @@ func (cp *ControlPlane) afterEtcdStart(ctx context.Context) error {
 	return err
 }
 
-// publishJoin, on a server other hosts can reach, keeps the join token in
-// <data-dir>/token (0600), publishes what a joining server needs sealed
-// for it, and prints the command that joins another server.
+// nodeTokenFile is where a server keeps the token for worker nodes: it
+// asks for node credentials and cannot open the cluster's keys.
+const nodeTokenFile = "node-token"
+
+// ensureToken reads the join token kept at path (0600), or makes one; a
+// token that pins another CA is an error.
+func (cp *ControlPlane) ensureToken(path string) (join.Token, error) {
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		tok, err := join.ParseToken(string(raw))
+		if err != nil {
+			return join.Token{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := tok.CheckCA(cp.pki.CA.Cert); err != nil {
+			return join.Token{}, fmt.Errorf("%s: %w", path, err)
+		}
+		return tok, nil
+	case os.IsNotExist(err):
+		tok, err := join.NewToken(cp.pki.CA.Cert)
+		if err != nil {
+			return join.Token{}, err
+		}
+		return tok, atomicfile.WriteFile(path, []byte(tok.String()+"\n"), 0o600)
+	default:
+		return join.Token{}, err
+	}
+}
+
+// publishJoin, on a server other hosts can reach, keeps the server join
+// token in <data-dir>/token and the worker token in <data-dir>/node-token
+// (0600 both), publishes what a joining server needs sealed for the first,
+// and prints the commands that join another server and a worker.
 func (cp *ControlPlane) publishJoin(ctx context.Context) error {
 	if cp.hostAddress() == nil {
 		return nil
 	}
-	path := filepath.Join(cp.dataDir, tokenFile)
-	var tok join.Token
-	raw, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if tok, err = join.ParseToken(string(raw)); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := tok.CheckCA(cp.pki.CA.Cert); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	case os.IsNotExist(err):
-		if tok, err = join.NewToken(cp.pki.CA.Cert); err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(path, []byte(tok.String()+"\n"), 0o600); err != nil {
-			return err
-		}
-	default:
+	serverPath, nodePath := filepath.Join(cp.dataDir, tokenFile), filepath.Join(cp.dataDir, nodeTokenFile)
+	tok, err := cp.ensureToken(serverPath)
+	if err != nil {
+		return err
+	}
+	nodeTok, err := cp.ensureToken(nodePath)
+	if err != nil {
 		return err
 	}
 	bundle, err := cp.joinBundle()
@@ -347,20 +385,41 @@ func (cp *ControlPlane) publishJoin(ctx context.Context) error {
 	if err := join.Publish(ctx, client, tok, sealed, cp.pki.CA.CertPEM, cp.APIServerURL(), cp.alternatives(), time.Time{}); err != nil {
 		return fmt.Errorf("publishing the join data: %w", err)
 	}
-	cp.progressf("to join another server to this cluster, copy %s (0600) to it and run there:", path)
+	if err := join.PublishToken(ctx, client, nodeTok, time.Time{}, "steadyplane up: joins worker nodes (steadyplane node --server)"); err != nil {
+		return fmt.Errorf("publishing the node token: %w", err)
+	}
+	cp.sealedEncryption = bundle.EncryptionConfig
+	cp.progressf("to join another server, copy %s (0600) to it and run there:", serverPath)
 	cp.progressf("  steadyplane up --bind-address <its address> --server %s --token-file <the copy>", cp.APIServerURL())
+	cp.progressf("to join a worker, copy %s (it opens no cluster key) and run there:", nodePath)
+	cp.progressf("  steadyplane node --server %s --token-file <the copy> --node-ip <its address>", cp.APIServerURL())
 	return nil
+}
+
+// republishIfRotated seals the join data again when the secrets
+// encryption keys changed since it was sealed (a rotation): a server that
+// joins later must get the keys Secrets are written with now.
+func (cp *ControlPlane) republishIfRotated(ctx context.Context) error {
+	if cp.sealedEncryption == nil {
+		return nil
+	}
+	now, err := os.ReadFile(cp.encryptionConfigPath())
+	if err != nil || string(now) == string(cp.sealedEncryption) {
+		return err
+	}
+	cp.progressf("the secrets encryption keys changed: sealing the join data again")
+	return cp.publishJoin(ctx)
 }
 
 // joinBundle is what this server gives a joining one.
 func (cp *ControlPlane) joinBundle() (*join.Bundle, error) {
-	b := &join.Bundle{CACert: cp.pki.CA.CertPEM, EtcdCACert: cp.pki.EtcdCA.CertPEM, ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR,
+	b := &join.Bundle{CACert: cp.pki.CA.CertPEM, EtcdCACert: cp.pki.EtcdCA.CertPEM, KubeletCACert: cp.pki.KubeletCA.CertPEM, ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR,
 		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ClusterDomain: cp.opts.ClusterDomain, EtcdClientPort: cp.opts.EtcdClientPort}
 	var err error
 	for _, f := range []struct {
 		path string
 		dst  *[]byte
-	}{{cp.pki.CA.KeyPath, &b.CAKey}, {cp.pki.EtcdCA.KeyPath, &b.EtcdCAKey}, {cp.pki.ServiceAccountKey, &b.ServiceAccountKey}, {cp.encryptionConfigPath(), &b.EncryptionConfig}} {
+	}{{cp.pki.CA.KeyPath, &b.CAKey}, {cp.pki.EtcdCA.KeyPath, &b.EtcdCAKey}, {cp.pki.KubeletCA.KeyPath, &b.KubeletCAKey}, {cp.pki.ServiceAccountKey, &b.ServiceAccountKey}, {cp.encryptionConfigPath(), &b.EncryptionConfig}} {
 		if *f.dst, err = os.ReadFile(f.path); err != nil {
 			return nil, err
 		}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -58,31 +56,25 @@ func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string
 		return err
 	}
 	defer cli.Close()
-	resp, err := cli.MemberList(ctx)
+	members, err := etcd.ListMembers(ctx, cli)
 	if err != nil {
-		return fmt.Errorf("listing etcd members: %w", err)
+		return fmt.Errorf("%w (with no quorum, nothing can be removed: see up --cluster-reset)", err)
 	}
-	var members []etcd.Member
-	clientURLs := map[uint64][]string{}
-	target := uint64(0)
-	for _, m := range resp.Members {
-		members = append(members, etcd.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
-		clientURLs[m.ID] = m.ClientURLs
-		for _, p := range m.PeerURLs {
-			if u, err := url.Parse(p); err == nil && slices.Contains(ips, u.Hostname()) {
-				target = m.ID
-			}
-		}
-	}
+	target := etcd.MemberOf(members, name, ips)
 	if target != 0 {
-		healthy := etcd.MemberHealth(ctx, cli, members, clientURLs, 2*time.Second)
+		healthy := etcd.MemberHealth(ctx, cli, members, 2*time.Second)
 		if err := etcd.CanRemove(members, healthy, target); err != nil {
 			return fmt.Errorf("not removing %s's etcd member: %w", name, err)
 		}
-		if _, err := cli.MemberRemove(ctx, target); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := cli.MemberRemove(rctx, target)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("removing %s's etcd member: %w", name, err)
 		}
 		progressf("removed %s's etcd member %x (%d members left)", name, target, len(members)-1)
+	} else {
+		progressf("%s has no etcd member (a worker; for a server whose member has another name and address, see the members with etcdctl member list)", name)
 	}
 	for _, ip := range ips {
 		if resp, err := cli.Delete(ctx, masterLeasesPrefix+ip); err != nil {

@@ -66,9 +66,9 @@ func Run(ctx context.Context, o Options) error {
 		cp.launcher = l
 	}
 	if cp.opts.ClusterReset {
-		if err := cp.resetEtcd(ctx); err != nil {
-			return err
-		}
+		// Once, and then out, as k3s's --cluster-reset: a unit that kept
+		// the flag would otherwise reset the cluster at every start.
+		return cp.resetEtcd(ctx)
 	}
 	if d := cp.launcher.Describe(); d != "" {
 		cp.progressf("%s", d)
@@ -79,10 +79,10 @@ func Run(ctx context.Context, o Options) error {
 	if err := cp.refreshServers(ctx); err != nil {
 		cp.progressf("reading the cluster's API servers: %v", err)
 	}
-	go cp.followServers(ctx, 30*time.Second)
 	if err := cp.publishJoin(ctx); err != nil {
 		return err
 	}
+	go cp.followServers(ctx, 30*time.Second)
 	if cp.hostAddress() != nil {
 		client, err := cp.adminClient()
 		if err != nil {

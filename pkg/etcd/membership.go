@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,10 +17,10 @@ import (
 
 // Member is one member of an etcd cluster, as MemberList reports it.
 type Member struct {
-	ID        uint64
-	Name      string // empty while the member has not started
-	PeerURLs  []string
-	IsLearner bool
+	ID                   uint64
+	Name                 string // empty while the member has not started
+	PeerURLs, ClientURLs []string
+	IsLearner            bool
 }
 
 // JoinStep is what a new server's member does next to join the cluster.
@@ -83,7 +84,9 @@ func InitialCluster(members []Member, self uint64, name string) string {
 // change raft dropped (another one was pending) never answers.
 const callTimeout = 10 * time.Second
 
-func listMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
+// ListMembers lists the members of the cluster cli reaches, within
+// callTimeout.
+func ListMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := cli.MemberList(ctx)
@@ -92,7 +95,7 @@ func listMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
 	}
 	out := make([]Member, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		out = append(out, Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
+		out = append(out, Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 	}
 	return out, nil
 }
@@ -104,7 +107,7 @@ func listMembers(ctx context.Context, cli *clientv3.Client) ([]Member, error) {
 func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string, progressf func(string, ...any)) (uint64, string, error) {
 	var lastErr error
 	for {
-		members, err := listMembers(ctx, cli)
+		members, err := ListMembers(ctx, cli)
 		if err != nil {
 			// A leader election, or a member that just joined: the
 			// context bounds how long that may last.
@@ -200,7 +203,7 @@ func EnsurePeerURL(ctx context.Context, cli *clientv3.Client, peerURL string) (c
 	if err != nil {
 		return false, fmt.Errorf("etcd status: %w", err)
 	}
-	members, err := listMembers(ctx, cli)
+	members, err := ListMembers(ctx, cli)
 	if err != nil {
 		return false, err
 	}
@@ -216,23 +219,6 @@ func EnsurePeerURL(ctx context.Context, cli *clientv3.Client, peerURL string) (c
 		}
 	}
 	return false, fmt.Errorf("etcd: member %x is not in its own member list", st.Header.MemberId)
-}
-
-// RemoveMember removes the member with the given name from the cluster.
-func RemoveMember(ctx context.Context, cli *clientv3.Client, name string) error {
-	members, err := listMembers(ctx, cli)
-	if err != nil {
-		return err
-	}
-	for _, m := range members {
-		if m.Name == name {
-			if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
-				return fmt.Errorf("etcd: removing member %s: %w", name, err)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("etcd: no member named %s", name)
 }
 
 // CanRemove says why removing member target would cost the cluster its
@@ -266,10 +252,10 @@ func CanRemove(members []Member, healthy map[uint64]bool, target uint64) error {
 
 // MemberHealth says which members answer a status request on one of
 // their client URLs within timeout.
-func MemberHealth(ctx context.Context, cli *clientv3.Client, members []Member, clientURLs map[uint64][]string, timeout time.Duration) map[uint64]bool {
+func MemberHealth(ctx context.Context, cli *clientv3.Client, members []Member, timeout time.Duration) map[uint64]bool {
 	out := map[uint64]bool{}
 	for _, m := range members {
-		for _, u := range clientURLs[m.ID] {
+		for _, u := range m.ClientURLs {
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			_, err := cli.Status(sctx, u)
 			cancel()
@@ -280,4 +266,24 @@ func MemberHealth(ctx context.Context, cli *clientv3.Client, members []Member, c
 		}
 	}
 	return out
+}
+
+// MemberOf is the member of node name: the one of that name (a joined
+// server's member is named after its node), or the one whose peer URL is
+// at one of the node's addresses (the first server's, named steadyplane);
+// 0 for none (a worker).
+func MemberOf(members []Member, name string, addresses []string) uint64 {
+	for _, m := range members {
+		if m.Name == name {
+			return m.ID
+		}
+	}
+	for _, m := range members {
+		for _, p := range m.PeerURLs {
+			if u, err := url.Parse(p); err == nil && slices.Contains(addresses, u.Hostname()) {
+				return m.ID
+			}
+		}
+	}
+	return 0
 }

@@ -74,3 +74,24 @@ func TestCanRemove(t *testing.T) {
 		})
 	}
 }
+
+func TestMemberOf(t *testing.T) {
+	members := []Member{
+		{ID: 1, Name: "steadyplane", PeerURLs: []string{"https://10.0.0.1:2380"}},
+		{ID: 2, Name: "s2", PeerURLs: []string{"https://10.0.0.2:2380"}},
+	}
+	for _, tc := range []struct {
+		name  string
+		addrs []string
+		want  uint64
+	}{
+		{"s2", []string{"10.0.0.2"}, 2},
+		{"s2", []string{"192.0.2.9"}, 2}, // by name, whatever its node address
+		{"s0", []string{"10.0.0.1"}, 1},  // the first server's member, by address
+		{"w4", []string{"10.0.0.4"}, 0},  // a worker
+	} {
+		if got := MemberOf(members, tc.name, tc.addrs); got != tc.want {
+			t.Errorf("MemberOf(%s, %v) = %d, want %d", tc.name, tc.addrs, got, tc.want)
+		}
+	}
+}

@@ -23,8 +23,13 @@ var KubernetesServiceDNSNames = []string{
 
 // File base names inside the PKI directory.
 const (
-	CAName                  = "ca"
-	EtcdCAName              = "etcd-ca"
+	CAName     = "ca"
+	EtcdCAName = "etcd-ca"
+	// KubeletCAName signs only the node agents' serving certificates
+	// (the API server trusts it for them alone): a node asks for its own
+	// by CSR, for names it chooses, which no client may take for the API
+	// server's.
+	KubeletCAName           = "kubelet-ca"
 	APIServerName           = "apiserver"
 	APIServerEtcdClientName = "apiserver-etcd-client"
 	// APIServerKubeletClientName is how the API server proves itself to
@@ -56,6 +61,8 @@ type ClusterConfig struct {
 // Cluster is the full set of files a single-node control plane needs.
 type Cluster struct {
 	CA, EtcdCA *Authority
+	// KubeletCA signs the node agents' serving certificates.
+	KubeletCA *Authority
 	// APIServer serves HTTPS; APIServerEtcdClient is how it proves itself to etcd.
 	APIServer, APIServerEtcdClient *KeyPair
 	// APIServerKubeletClient is how it proves itself to node agents; its
@@ -79,6 +86,9 @@ func (s *Store) EnsureCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	if c.EtcdCA, err = s.EnsureCA(EtcdCAName, "steadyplane-etcd-ca"); err != nil {
+		return nil, err
+	}
+	if c.KubeletCA, err = s.EnsureCA(KubeletCAName, "steadyplane-kubelet-serving-ca"); err != nil {
 		return nil, err
 	}
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}

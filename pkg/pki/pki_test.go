@@ -69,6 +69,11 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 	if _, err := admin.Verify(x509.VerifyOptions{Roots: pool(c.EtcdCA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err == nil {
 		t.Error("admin certificate verifies against the etcd CA")
 	}
+	// The kubelet CA is a third one: what it signs (node serving
+	// certificates, names the nodes chose) never passes for the cluster's.
+	if c.KubeletCA == nil || c.KubeletCA.Cert.Equal(c.CA.Cert) || c.KubeletCA.Cert.Equal(c.EtcdCA.Cert) {
+		t.Error("no kubelet CA of its own")
+	}
 
 	// Every key is 0600.
 	entries, _ := os.ReadDir(s.Dir)
@@ -82,8 +87,8 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 			}
 		}
 	}
-	if keys != 8 {
-		t.Errorf("%d key files, want 8", keys)
+	if keys != 9 {
+		t.Errorf("%d key files, want 9", keys)
 	}
 	if st, _ := os.Stat(s.Dir); st.Mode().Perm() != 0o700 {
 		t.Errorf("PKI directory mode %v", st.Mode().Perm())

@@ -191,7 +191,19 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 
 	// A worker: no cluster keys, credentials by certificate requests.
 	workerDir := filepath.Join(work, "w3")
-	name, args := nw.NSEnter(3, "w3", bin, "node", "--server", servers[0].url(), "--token-file", tokenPath, "--root-dir", workerDir,
+	// The node token asks for node credentials and opens no cluster key.
+	nodeTokenPath := filepath.Join(servers[0].dataDir, "node-token")
+	rawNode, _ := os.ReadFile(nodeTokenPath)
+	nodeTok, err := join.ParseToken(string(rawNode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caPEM, err := os.ReadFile(filepath.Join(servers[0].dataDir, "pki", "ca.crt")); err != nil {
+		t.Fatal(err)
+	} else if _, err := join.FetchBundle(ctx, servers[0].url(), caPEM, nodeTok); err == nil {
+		t.Error("the node token opened the cluster's keys")
+	}
+	name, args := nw.NSEnter(3, "w3", bin, "node", "--server", servers[0].url(), "--token-file", nodeTokenPath, "--root-dir", workerDir,
 		"--node-name", "w3", "--node-ip", nw.Hosts[3].IP.String(), "--runtime", "runc", "--resolv-conf", resolv, "--image-import-dir", filepath.Join(work, "w3-images"))
 	if err := os.MkdirAll(filepath.Join(work, "w3-images"), 0o700); err != nil {
 		t.Fatal(err)
@@ -403,7 +415,11 @@ spec:
 	}
 	servers[2].up.Stop(t)
 	begun = time.Now()
-	start(2, "--cluster-reset")
+	name, args = nw.NSEnter(2, servers[2].name, bin, upArgs(servers[2], "--cluster-reset")...)
+	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil || !strings.Contains(string(out), "cluster reset done") {
+		t.Fatalf("up --cluster-reset: %v\n%s", err, out)
+	}
+	start(2)
 	servers[2].up.WaitUp(t, 5*time.Minute)
 	t.Logf("the survivor is up again after a cluster reset in %.1fs", time.Since(begun).Seconds())
 	if out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "get", "configmap", "after-host-kill", "-o", "name"); err != nil || !strings.Contains(out, "configmap/after-host-kill") {

@@ -3,7 +3,6 @@ package join
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -73,20 +72,11 @@ func DecideServing(c *certificatesv1.CertificateSigningRequest, node *corev1.Nod
 		return Wait, fmt.Sprintf("Node %s is not registered yet", name)
 	}
 	for _, ip := range req.IPAddresses {
-		if !nodeHas(node, ip) {
+		if !nodeHasAddress(node, ip) {
 			return Wait, fmt.Sprintf("Node %s does not show the address %s", name, ip)
 		}
 	}
 	return Approve, fmt.Sprintf("node %s's serving certificate for its own name and addresses", name)
-}
-
-func nodeHas(n *corev1.Node, ip net.IP) bool {
-	for _, a := range n.Status.Addresses {
-		if (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && net.ParseIP(a.Address).Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // RunServingApprover approves (or denies) the nodes' requests for serving

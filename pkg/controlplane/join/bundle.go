@@ -17,6 +17,8 @@ type Bundle struct {
 	// CACert and CAKey are the cluster CA; EtcdCACert and EtcdCAKey the
 	// etcd CA; ServiceAccountKey signs service-account tokens (PEM).
 	CACert, CAKey, EtcdCACert, EtcdCAKey, ServiceAccountKey []byte
+	// KubeletCACert and KubeletCAKey sign node serving certificates.
+	KubeletCACert, KubeletCAKey []byte
 	// ServiceCIDR, ClusterCIDR (pods, split per node by NodeCIDRMaskSize)
 	// and ClusterDomain are the cluster's.
 	ServiceCIDR, ClusterCIDR, ClusterDomain string
@@ -69,7 +71,7 @@ func Open(sealed []byte, t Token) (*Bundle, error) {
 	if err := json.Unmarshal(plain, &b); err != nil {
 		return nil, fmt.Errorf("join data: %w", err)
 	}
-	if len(b.CACert) == 0 || len(b.CAKey) == 0 || len(b.EtcdCACert) == 0 || len(b.EtcdCAKey) == 0 || len(b.ServiceAccountKey) == 0 {
+	if len(b.CACert) == 0 || len(b.CAKey) == 0 || len(b.EtcdCACert) == 0 || len(b.EtcdCAKey) == 0 || len(b.KubeletCACert) == 0 || len(b.KubeletCAKey) == 0 || len(b.ServiceAccountKey) == 0 {
 		return nil, errors.New("join data: a CA or the service-account key is missing")
 	}
 	if b.ServiceCIDR == "" || b.ClusterCIDR == "" || b.ClusterDomain == "" || b.NodeCIDRMaskSize == 0 || b.EtcdClientPort == 0 {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -41,8 +42,8 @@ type ClusterInfo struct {
 // Discover reads the cluster CA and its API servers from the server at
 // serverURL (kube-public/cluster-info) and accepts them only when the CA's
 // public key is the one t pins and it signed the certificate the server
-// presented on that same connection; nothing is sent before, and no
-// credential at all.
+// presented on that same connection. The request carries no credential;
+// only the pinned CA is returned.
 func Discover(ctx context.Context, serverURL string, t Token) (*ClusterInfo, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
@@ -88,11 +89,18 @@ func Discover(ctx context.Context, serverURL string, t Token) (*ClusterInfo, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: cluster-info's CA: %w", u.Host, err)
 	}
-	if err := t.CheckCA(cas...); err != nil {
+	// Only the pinned CA is trusted from here on: cluster-info may carry
+	// more certificates, which a man in the middle could have added.
+	pinned, err := t.Pinned(cas)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u.Host, err)
 	}
-	if err := verifyPresented(presented, cas, u.Hostname()); err != nil {
+	if err := verifyPresented(presented, pinned, u.Hostname()); err != nil {
 		return nil, fmt.Errorf("%s: %w", u.Host, err)
+	}
+	info.CA = nil
+	for _, c := range pinned {
+		info.CA = append(info.CA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
 	if len(info.Servers) == 0 {
 		info.Servers = []string{u.Host}

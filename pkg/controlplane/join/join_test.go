@@ -106,7 +106,7 @@ func TestNewTokenPinsTheCA(t *testing.T) {
 func TestSealOpen(t *testing.T) {
 	c := testCluster(t)
 	tok, _ := NewToken(c.CA.Cert)
-	b := &Bundle{CACert: c.CA.CertPEM, CAKey: []byte("k"), EtcdCACert: c.EtcdCA.CertPEM, EtcdCAKey: []byte("e"), ServiceAccountKey: []byte("s"),
+	b := &Bundle{CACert: c.CA.CertPEM, CAKey: []byte("k"), EtcdCACert: c.EtcdCA.CertPEM, EtcdCAKey: []byte("e"), KubeletCACert: c.KubeletCA.CertPEM, KubeletCAKey: []byte("l"), ServiceAccountKey: []byte("s"),
 		ServiceCIDR: "10.96.0.0/16", ClusterCIDR: "10.244.0.0/16", ClusterDomain: "cluster.local", NodeCIDRMaskSize: 24, EtcdClientPort: 2379}
 	sealed, err := Seal(b, tok)
 	if err != nil {
@@ -194,6 +194,26 @@ func TestDiscoverCA(t *testing.T) {
 		srv := clusterInfoServer(t, other.CA.CertPEM, other.APIServer)
 		if _, err := Discover(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not the one the join token pins") {
 			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("the pinned CA beside one of the server's own, which signed its certificate", func(t *testing.T) {
+		// A man in the middle relays the (public) cluster CA and adds his
+		// own: only the pinned one may be trusted.
+		bundle := append(append([]byte{}, c.CA.CertPEM...), other.CA.CertPEM...)
+		srv := clusterInfoServer(t, bundle, other.APIServer)
+		if _, err := Discover(ctx, srv.URL, tok); err == nil || !strings.Contains(err.Error(), "not from the pinned CA") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("only the pinned CA is returned", func(t *testing.T) {
+		bundle := append(append([]byte{}, c.CA.CertPEM...), other.CA.CertPEM...)
+		srv := clusterInfoServer(t, bundle, c.APIServer)
+		got, err := Discover(ctx, srv.URL, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.CA) != string(c.CA.CertPEM) {
+			t.Errorf("returned CAs:\n%s", got.CA)
 		}
 	})
 	t.Run("the right CA relayed by a server that does not hold a certificate from it", func(t *testing.T) {

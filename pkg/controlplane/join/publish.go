@@ -46,30 +46,16 @@ func tokenRole(id string) string { return "steadyplane:join:" + id }
 // readable without credentials, with the API servers (host:port) a
 // joining host should know. Existing objects are brought up to date.
 func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed []byte, caPEM []byte, serverURL string, servers []string, expires time.Time) error {
-	token := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
-		Type:       bootstrapapi.SecretTypeBootstrapToken,
-		StringData: map[string]string{
-			bootstrapapi.BootstrapTokenIDKey:               t.ID,
-			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
-			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
-			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
-			bootstrapapi.BootstrapTokenExtraGroupsKey:      JoinGroup,
-			bootstrapapi.BootstrapTokenDescriptionKey:      "steadyplane up: joins servers and nodes (steadyplane up --server/--token)",
-		},
-	}
-	if !expires.IsZero() {
-		token.StringData[bootstrapapi.BootstrapTokenExpirationKey] = expires.UTC().Format(time.RFC3339)
+	if err := PublishToken(ctx, client, t, expires, "steadyplane up: joins servers (up --server) and nodes (node --server)"); err != nil {
+		return err
 	}
 	bundle := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: BundleSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{BundleKey: sealed},
 	}
-	for _, s := range []*corev1.Secret{token, bundle} {
-		if err := applySecret(ctx, client, s); err != nil {
-			return err
-		}
+	if err := applySecret(ctx, client, bundle); err != nil {
+		return err
 	}
 	if err := PublishServers(ctx, client, caPEM, serverURL, servers); err != nil {
 		return err
@@ -82,11 +68,35 @@ func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed [
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo}}}},
 		rbacutil.UserBinding(clusterInfoRole, metav1.NamespacePublic, "system:anonymous"),
 		// A worker node (steadyplane node --server) asks for its client
-		// certificate with the token, which the controller manager
+		// certificate with a token, which the controller manager
 		// approves, as kubeadm's TLS bootstrapping.
 		groupBinding("steadyplane:node-bootstrapper", "system:node-bootstrapper", JoinGroup),
 		groupBinding("steadyplane:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", JoinGroup),
 	)
+}
+
+// PublishToken makes t a bootstrap token of the join group: enough to ask
+// for a node's client certificate, and nothing else unless Publish also
+// sealed the cluster's keys for it (a server token). A node token is
+// published with this alone: a worker host holding it cannot open the
+// cluster's keys.
+func PublishToken(ctx context.Context, client kubernetes.Interface, t Token, expires time.Time, description string) error {
+	token := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
+		Type:       bootstrapapi.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			bootstrapapi.BootstrapTokenIDKey:               t.ID,
+			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
+			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
+			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
+			bootstrapapi.BootstrapTokenExtraGroupsKey:      JoinGroup,
+			bootstrapapi.BootstrapTokenDescriptionKey:      description,
+		},
+	}
+	if !expires.IsZero() {
+		token.StringData[bootstrapapi.BootstrapTokenExpirationKey] = expires.UTC().Format(time.RFC3339)
+	}
+	return applySecret(ctx, client, token)
 }
 
 // PublishServers writes kube-public/cluster-info: the CA and the API

@@ -75,13 +75,29 @@ func (t Token) Bootstrap() string { return bootstraputil.TokenFromIDAndSecret(t.
 func (t Token) User() string { return bootstrapapi.BootstrapUserPrefix + t.ID }
 
 // CheckCA says whether ca is the CA the token pins.
-func (t Token) CheckCA(ca ...*x509.Certificate) error {
-	set := pubkeypin.NewSet()
-	if err := set.Allow(t.CAHash); err != nil {
+func (t Token) CheckCA(ca *x509.Certificate) error {
+	if _, err := t.Pinned([]*x509.Certificate{ca}); err != nil {
 		return err
 	}
-	if err := set.CheckAny(ca); err != nil {
-		return fmt.Errorf("the server's CA is not the one the join token pins (%s): %w", t.CAHash, err)
-	}
 	return nil
+}
+
+// Pinned are the certificates of cas whose public key is the one the token
+// pins: only these may be trusted (a bundle may carry others, which anyone
+// could have added).
+func (t Token) Pinned(cas []*x509.Certificate) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for _, c := range cas {
+		set := pubkeypin.NewSet()
+		if err := set.Allow(t.CAHash); err != nil {
+			return nil, err
+		}
+		if set.CheckAny([]*x509.Certificate{c}) == nil {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the server's CA is not the one the join token pins (%s)", t.CAHash)
+	}
+	return out, nil
 }

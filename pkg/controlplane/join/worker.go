@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -128,7 +129,8 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 		return nil, err
 	}
 	servingPair := filepath.Join(w.Dir, workerServing)
-	if !validPair(servingPair, info.CA, ip) {
+	// Its issuer is the cluster's kubelet CA, which a worker does not know.
+	if !validPair(servingPair, nil, ip) {
 		w.logf("asking for the node API's serving certificate (%s, %s)", w.NodeName, ip)
 		if err := requestPair(ctx, client, servingPair, certificatesv1.KubeletServingSignerName,
 			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}},
@@ -154,10 +156,13 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, name string,
 	if err != nil {
 		return "", fmt.Errorf("registering Node %s: %w", name, err)
 	}
+	if other := internalIPs(got); len(other) > 0 && !nodeHasAddress(got, ip) {
+		return "", fmt.Errorf("Node %s exists with the address %v, not %s: another host has this name; choose another --node-name, or take that node out first (steadyplane remove-node %s)", name, other, ip, name)
+	}
 	// The controller manager writes the Node too (its pod range): on a
 	// conflict, read it again and add the address to what is there.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if hasAddress(got, ip) {
+		if nodeHasAddress(got, ip) {
 			return nil
 		}
 		got.Status.Addresses = append(got.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
@@ -174,31 +179,43 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, name string,
 	if err != nil {
 		return "", fmt.Errorf("writing Node %s's address: %w", name, err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for got.Spec.PodCIDR == "" {
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("Node %s has no pod range (spec.podCIDR) 2 minutes after it was registered: is the controller manager running, with ranges left in its --cluster-cidr?", name)
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if got.Spec.PodCIDR != "" {
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		fresh, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil // a server restarting: the timeout bounds it
 		}
-		if got, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return "", fmt.Errorf("reading Node %s: %w", name, err)
-		}
+		got = fresh
+		return got.Spec.PodCIDR != "", nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("Node %s has no pod range (spec.podCIDR) 2 minutes after it was registered: is the controller manager running, with ranges left in its --cluster-cidr? (%w)", name, err)
 	}
 	logf("node %s: pod range %s", name, got.Spec.PodCIDR)
 	return got.Spec.PodCIDR, nil
 }
 
-func hasAddress(n *corev1.Node, ip net.IP) bool {
+// nodeHasAddress says whether the Node shows ip as its InternalIP or
+// ExternalIP.
+func nodeHasAddress(n *corev1.Node, ip net.IP) bool {
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).Equal(ip) {
+		if (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && net.ParseIP(a.Address).Equal(ip) {
 			return true
 		}
 	}
 	return false
+}
+
+func internalIPs(n *corev1.Node) []string {
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out = append(out, a.Address)
+		}
+	}
+	return out
 }
 
 // requestPair makes a key, asks for a certificate of signer for it and
@@ -245,7 +262,7 @@ func readPair(base string) (*pki.KeyPair, error) {
 }
 
 // validPair says whether <base>.crt/.key hold a certificate from caPEM
-// (for ip, when set) that is not close to its end.
+// (any issuer when nil; for ip, when set) that is not close to its end.
 func validPair(base string, caPEM []byte, ip net.IP) bool {
 	kp, err := readPair(base)
 	if err != nil {
@@ -254,6 +271,9 @@ func validPair(base string, caPEM []byte, ip net.IP) bool {
 	certs, err := certutil.ParseCertsPEM(kp.CertPEM)
 	if err != nil || time.Until(certs[0].NotAfter) < renewBefore {
 		return false
+	}
+	if caPEM == nil {
+		return ip == nil || certs[0].VerifyHostname(ip.String()) == nil
 	}
 	roots, err := certutil.NewPoolFromBytes(caPEM)
 	if err != nil {

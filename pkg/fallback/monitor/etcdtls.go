@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -58,16 +59,48 @@ func (d EtcdDialer) Refused(ctx context.Context, pod *corev1.Pod) string {
 		}
 		c := cfg.Clone()
 		c.ServerName = u.Hostname()
-		tc := tls.Client(conn, c)
-		err = tc.HandshakeContext(dctx)
+		err = tryTLS(dctx, tls.Client(conn, c), u.Host)
 		cancel()
-		tc.Close()
-		if err == nil {
+		switch {
+		case err == nil:
 			return "" // one member accepts them
+		case tlsRefusal(err):
+			refused = append(refused, fmt.Sprintf("%s: %v", u.Host, err))
 		}
-		refused = append(refused, fmt.Sprintf("%s: %v", u.Host, err))
+		// Anything else (a timeout, an EOF while etcd restarts) tells
+		// nothing about the settings.
 	}
 	return strings.Join(refused, "; ")
+}
+
+// tryTLS completes a handshake and one request on tc: with TLS 1.3 the
+// client's handshake ends before the server has checked its certificate,
+// and a refusal comes as an alert on the first read.
+func tryTLS(ctx context.Context, tc *tls.Conn, host string) error {
+	defer tc.Close()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = tc.SetDeadline(deadline)
+	}
+	if _, err := fmt.Fprintf(tc, "GET /health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host); err != nil {
+		return err
+	}
+	_, err := tc.Read(make([]byte, 1))
+	return err
+}
+
+// tlsRefusal says whether err is the TLS settings' fault: a certificate
+// that does not verify, or an alert from the server.
+func tlsRefusal(err error) bool {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var hostname x509.HostnameError
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &alert) || errors.As(err, &verify) ||
+		strings.Contains(err.Error(), "remote error: tls:")
 }
 
 // etcdClientTLS is the TLS configuration the operand's etcd flags make;
