@@ -155,9 +155,15 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 	for _, c := range []struct{ subcommand, lease string }{{"apiserver", ""}, {"controller-manager", "kube-controller-manager"}, {"scheduler", "kube-scheduler"}, {"proxy", ""}, {"readiness-controller", ""}} {
-		pid := componentPid(c.subcommand)
+		// The previous kill may have it restarting (a controller that
+		// lost its lease while the API server was away exits, and the
+		// node agent starts it again after its backoff).
+		pid := 0
+		for deadline := time.Now().Add(time.Minute); pid == 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			pid = componentPid(c.subcommand)
+		}
 		if pid == 0 {
-			t.Fatalf("%s process not found", c.subcommand)
+			t.Fatalf("%s process not found within a minute", c.subcommand)
 		}
 		before := ""
 		if c.lease != "" {
