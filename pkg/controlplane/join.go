@@ -14,7 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
@@ -132,17 +131,11 @@ func (cp *ControlPlane) takeClusterSettings() error {
 	return nil
 }
 
-// joinClusterAPI is an admin client of the servers this one joins (its own
-// does not serve yet).
+// joinClusterAPI is an admin client of the cluster this server joined,
+// failing over between the servers its admin kubeconfig lists (its own
+// does not serve yet; the one it joined through may be gone).
 func (cp *ControlPlane) joinClusterAPI() (kubernetes.Interface, error) {
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.Host = cp.state.JoinedFrom
-	cfg.Timeout = 15 * time.Second
-	return kubernetes.NewForConfig(cfg)
+	return failoverAdminClient(cp.dataDir)
 }
 
 // prepareJoinedNode, on a joined server whose PKI is complete, learns the
@@ -160,7 +153,7 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	if servers, err := listServers(ctx, client); err == nil && len(servers) > 0 {
 		cp.state.Servers = servers
 	} else if err != nil {
-		cp.progressf("reading the cluster's API servers from %s: %v (the kubeconfigs list the ones known)", cp.state.JoinedFrom, err)
+		cp.progressf("reading the cluster's API servers: %v (the kubeconfigs list the ones known)", err)
 	}
 	if cp.state.PodCIDR == "" {
 		if err := cp.choosePodCIDR(ctx, client); err != nil {
@@ -174,14 +167,18 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	if err := clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives()); err != nil {
 		return err
 	}
+	// etcd makes member/ before it first reaches a peer; its log (wal/)
+	// shows it ran.
+	_, walErr := os.Stat(filepath.Join(cp.etcdDataDir(), "member", "wal"))
+	if walErr == nil && len(cp.otherEtcdEndpoints()) == 0 {
+		return nil // the only server (after a cluster reset): nobody to ask
+	}
 	cli, err := cp.etcdClient(cp.otherEtcdEndpoints())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	// etcd makes member/ before it first reaches a peer; its log (wal/)
-	// shows it ran.
-	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member", "wal")); err == nil {
+	if walErr == nil {
 		return cp.resumePromotion(ctx, cli)
 	}
 	id, initial, err := etcd.AddLearner(ctx, cli, cp.etcdName(), cp.etcdPeerURL(), cp.progressf)

@@ -34,7 +34,7 @@ func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string
 	if err != nil {
 		return err
 	}
-	client, err := removeClient(dataDir)
+	client, err := failoverAdminClient(dataDir)
 	if err != nil {
 		return err
 	}
@@ -93,9 +93,9 @@ func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string
 	return nil
 }
 
-// removeClient is an admin client from dataDir's kubeconfig, failing over
-// between the servers it lists.
-func removeClient(dataDir string) (kubernetes.Interface, error) {
+// failoverAdminClient is an admin client from dataDir's kubeconfig,
+// failing over between the servers it lists.
+func failoverAdminClient(dataDir string) (kubernetes.Interface, error) {
 	cfg, _, err := clientconfig.Load(filepath.Join(dataDir, "admin.kubeconfig"), clientconfig.Options{})
 	if err != nil {
 		return nil, err
