@@ -135,7 +135,11 @@ func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlan
 		{"the node's own certificate (no nodes/log)", node, http.StatusForbidden},
 		{"the admin (system:masters)", admin, http.StatusOK},
 	} {
-		tlsCfg, err := rest.TLSConfigFor(c.cfg)
+		// The node API serves a certificate of the kubelet CA, which only
+		// its callers trust (the cluster CA's clients do not).
+		cfg := rest.CopyConfig(c.cfg)
+		cfg.CAData, cfg.CAFile = nil, filepath.Join(dir, "pki", "kubelet-ca.crt")
+		tlsCfg, err := rest.TLSConfigFor(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
