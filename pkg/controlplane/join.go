@@ -131,13 +131,6 @@ func (cp *ControlPlane) takeClusterSettings() error {
 	return nil
 }
 
-// joinClusterAPI is an admin client of the cluster this server joined,
-// failing over between the servers its admin kubeconfig lists (its own
-// does not serve yet; the one it joined through may be gone).
-func (cp *ControlPlane) joinClusterAPI() (kubernetes.Interface, error) {
-	return failoverAdminClient(cp.dataDir)
-}
-
 // prepareJoinedNode, on a joined server whose PKI is complete, learns the
 // cluster's API servers, gives its node a pod range of its own (the Node
 // is made with it, so that the controller manager allocates no other),
@@ -146,7 +139,9 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	if !cp.joined() {
 		return nil
 	}
-	client, err := cp.joinClusterAPI()
+	// Its own server does not serve yet, and the one it joined through
+	// may be gone: the admin kubeconfig's list fails over.
+	client, err := failoverAdminClient(cp.dataDir)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 
+	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/internal/testup"
@@ -49,7 +50,7 @@ func (s *server) url() string        { return "https://" + s.ip + ":6443" }
 // whole host: steadyplane kubectl and a client-go program go on.
 func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs three steadyplane up")
+		testci.CannotRun(t, "-short: this test runs three steadyplane up")
 	}
 	testenv.RequireNetwork(t)
 	testimage.RequireBusybox(t)

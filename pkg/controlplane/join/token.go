@@ -86,12 +86,12 @@ func (t Token) CheckCA(ca *x509.Certificate) error {
 // pins: only these may be trusted (a bundle may carry others, which anyone
 // could have added).
 func (t Token) Pinned(cas []*x509.Certificate) ([]*x509.Certificate, error) {
+	set := pubkeypin.NewSet()
+	if err := set.Allow(t.CAHash); err != nil {
+		return nil, err
+	}
 	var out []*x509.Certificate
 	for _, c := range cas {
-		set := pubkeypin.NewSet()
-		if err := set.Allow(t.CAHash); err != nil {
-			return nil, err
-		}
 		if set.CheckAny([]*x509.Certificate{c}) == nil {
 			out = append(out, c)
 		}
