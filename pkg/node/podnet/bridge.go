@@ -64,6 +64,15 @@ func EnsureBridge(name, cidr string) (net.IP, error) {
 	if err := netlink.AddrReplace(link, addr); err != nil {
 		return nil, fmt.Errorf("address %s on bridge %s: %w", addr.IPNet, name, err)
 	}
+	// A bridge whose MAC was never set takes the lowest of its ports' and
+	// changes as pods come and go; the bridge plugin's CHECK compares it
+	// with the one it recorded, so a restarted agent would find every
+	// running pod's network broken and give the pods new addresses. Set
+	// to itself, the address stays (as the plugin does on bridges it
+	// gives an address).
+	if err := netlink.LinkSetHardwareAddr(link, link.Attrs().HardwareAddr); err != nil {
+		return nil, fmt.Errorf("fixing the MAC of bridge %s: %w", name, err)
+	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return nil, fmt.Errorf("setting bridge %s up: %w", name, err)
 	}

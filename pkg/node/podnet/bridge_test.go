@@ -2,6 +2,7 @@ package podnet
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,35 @@ func TestBridgeBeforePods(t *testing.T) {
 	}
 	if addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4); len(addrs) != 1 || addrs[0].IPNet.String() != "10.251.8.1/24" {
 		t.Errorf("after a pod, bridge addresses %v; want exactly 10.251.8.1/24", addrs)
+	}
+
+	// A port with a lower MAC than any joins (another pod, say): the bridge
+	// keeps its MAC, so the pod's network still passes the plugin's check
+	// and a restarted agent keeps the pod's address.
+	low, _ := net.ParseMAC("02:00:00:00:00:01")
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sptest8a", HardwareAddr: low, MasterIndex: link.Attrs().Index}, PeerName: "sptest8b"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	defer netlink.LinkDel(veth)
+	if err := netlink.LinkSetUp(veth); err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Setup(context.Background(), testPod("a"), "a", sb.NetNS)
+	if err != nil || len(again) != 1 || !again[0].Equal(ips[0]) {
+		t.Errorf("the pod's network after a port with a low MAC joined: %v, %v; want %v kept", again, err, ips)
+	}
+	if br, err := netlink.LinkByName(bridge); err != nil || br.Attrs().HardwareAddr.String() == low.String() {
+		t.Errorf("bridge MAC %v, %v: it follows its ports", br.Attrs().HardwareAddr, err)
+	}
+	// The bridge's MAC changed all the same (by hand): the check fails, and
+	// the pod is attached again in one call.
+	other, _ := net.ParseMAC("02:00:00:00:00:02")
+	if err := netlink.LinkSetHardwareAddr(link, other); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := n.Setup(context.Background(), testPod("a"), "a", sb.NetNS); err != nil || len(again) != 1 || !mustCIDR(cidr).Contains(again[0]) {
+		t.Errorf("the pod's network after its check failed: %v, %v; want it attached again", again, err)
 	}
 
 	// A link of that name that is not a bridge is refused, not taken.

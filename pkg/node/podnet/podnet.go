@@ -23,6 +23,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 )
@@ -242,8 +243,16 @@ func (n *Network) Setup(ctx context.Context, pod *corev1.Pod, id, netns string) 
 	}
 	rt := n.runtimeConf(pod, id, netns, "eth0")
 	if cached, err := n.cni.GetNetworkListCachedResult(n.list, rt); err == nil && cached != nil {
-		if err := n.cni.CheckNetworkList(ctx, n.list, rt); err == nil {
+		err := n.cni.CheckNetworkList(ctx, n.list, rt)
+		if err == nil {
 			return resultIPs(cached)
+		}
+		// What is left of the attachment goes first (an ADD beside it
+		// fails on the existing interface); the pod gets a new address,
+		// worth a line.
+		klog.InfoS("The pod's network failed its CNI check; attaching it again", "pod", klog.KObj(pod), "err", err)
+		if err := n.cni.DelNetworkList(ctx, n.list, rt); err != nil {
+			return nil, fmt.Errorf("CNI %s: detaching a pod network that failed its check: %w", NetworkName, err)
 		}
 	}
 	if _, err := n.cni.AddNetworkList(ctx, n.loopback, n.runtimeConf(pod, id, netns, "lo")); err != nil {
