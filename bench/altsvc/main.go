@@ -6,7 +6,10 @@
 // It prints the failover time, from the moment the API server in use is lost
 // to the client's next answered GET, over --kills losses of each kind:
 //   - refused: the server is killed with SIGKILL (its host answers with a reset);
-//   - black-holed: the server's host vanishes (packets are dropped, nothing answers).
+//   - black-holed: the server's host vanishes (packets are dropped, nothing answers);
+//   - black-holed, writes: the same, measured with creates instead of GETs; a
+//     write in flight on the lost connection fails (sending it again could
+//     duplicate it), and the figure counts those failures.
 //
 // It also prints the throughput of GETs against the same real server, plain
 // client-go and with the option, in alternating rounds (ratio), and how 30
@@ -30,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -94,8 +98,19 @@ func run(kills, rounds, gets, spreadClients int) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	for _, kind := range []string{"refused", "black-holed"} {
+	var written int
+	create := func(ctx context.Context) error {
+		written++
+		_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), written)}}, metav1.CreateOptions{})
+		return err
+	}
+	for _, kind := range []string{"refused", "black-holed", "black-holed, writes"} {
+		op := get
+		if kind == "black-holed, writes" {
+			op = create
+		}
 		var took []time.Duration
+		failed := 0
 		for k := 0; k < kills && ctx.Err() == nil; k++ {
 			idx := c.Index(pool.Current())
 			if idx < 0 {
@@ -109,11 +124,12 @@ func run(kills, rounds, gets, spreadClients int) error {
 			lost := time.Now()
 			for i := 0; ; i++ {
 				rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				err := get(rctx)
+				err := op(rctx)
 				cancel()
 				if err == nil {
 					break
 				}
+				failed++
 				if i > 100 || ctx.Err() != nil {
 					return fmt.Errorf("no answer after losing %s: %v", c.Host(idx), err)
 				}
@@ -131,8 +147,8 @@ func run(kills, rounds, gets, spreadClients int) error {
 		}
 		slices.Sort(took)
 		if len(took) > 0 {
-			fmt.Printf("failover, %s: median %v, worst %v, best %v (%d losses)\n", kind,
-				took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[0].Round(time.Millisecond), len(took))
+			fmt.Printf("failover, %s: median %v, worst %v, best %v (%d losses, %d failed requests)\n", kind,
+				took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[0].Round(time.Millisecond), len(took), failed)
 		}
 	}
 

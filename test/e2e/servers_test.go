@@ -356,6 +356,42 @@ spec:
 		t.Errorf("etcd members after s2 joined again: %v, %v", members, err)
 	}
 
+	// The first server black-holed (its link down: nothing answers, not
+	// even a reset), under a client-go reader on its admin kubeconfig:
+	// reads move on after the hedge delay, kubectl reads and writes.
+	holeReader := startReader(t, ctx, servers[0].kubeconfig())
+	time.Sleep(2 * time.Second)
+	if err := nw.BlackHole(0); err != nil {
+		t.Fatal(err)
+	}
+	holed := time.Now()
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "nodes", "-o", "name"); err != nil || strings.Count(out, "node/") != 4 {
+		t.Errorf("steadyplane kubectl get nodes, first server black-holed: %v\n%s", err, out)
+	}
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", "during-black-hole"); err != nil {
+		t.Errorf("steadyplane kubectl create configmap, first server black-holed: %v\n%s", err, out)
+	}
+	t.Logf("first server black-holed: kubectl read and wrote in %.1fs", time.Since(holed).Seconds())
+	time.Sleep(5 * time.Second)
+	reads, failed, gap := holeReader()
+	t.Logf("client-go reader across the black hole: %d reads, %d failed, longest gap %v", reads, failed, gap)
+	if failed > 0 || reads < 10 {
+		t.Errorf("the client-go reader saw %d failed reads of %d while the first server was black-holed", failed, reads)
+	}
+	if err := nw.Restore(0); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := clientcmd.BuildConfigFromFlags("", servers[0].kubeconfig()) // that server alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Timeout = 5 * time.Second
+	directClient := kubernetes.NewForConfigOrDie(direct)
+	waitFor(t, ctx, 2*time.Minute, "the first server ready again after its link came back", func() (bool, string) {
+		body, err := directClient.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil, fmt.Sprint(string(body), err)
+	})
+
 	// A client-go program reads throughout, through the first server's
 	// admin kubeconfig (which names that server).
 	reader := startReader(t, ctx, servers[0].kubeconfig())
@@ -396,7 +432,7 @@ spec:
 			t.Errorf("%s restarted when the first server died (restarts %q, %v); its previous run ended with:\n%s", pod, out, err, prev)
 		}
 	}
-	reads, failed, gap := reader()
+	reads, failed, gap = reader()
 	t.Logf("client-go reader: %d reads, %d failed, longest gap %v", reads, failed, gap)
 	if failed > 0 || reads < 10 {
 		t.Errorf("the client-go reader saw %d failed reads of %d", failed, reads)

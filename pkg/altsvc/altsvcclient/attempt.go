@@ -1,9 +1,12 @@
 package altsvcclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -116,18 +119,157 @@ type attempter interface {
 	accept(req *http.Request, resp *http.Response, pool *Pool, host string) error
 }
 
+// outcome is how one attempt of a request on one host ended.
+type outcome struct {
+	host string
+	resp *http.Response
+	err  error
+	at   Attempt
+	wait time.Duration // a refusal's Retry-After
+	// done releases the attempt's context, once its answer is delivered and
+	// read (nil when the attempt ran on the request's own context).
+	done context.CancelFunc
+}
+
+// delivers tells whether o is an answer the caller gets as it is: any
+// answer but a KEP-3028 refusal.
+func (o *outcome) delivers() bool { return o.at.Responded && o.at.Failure != NotReadyFailure }
+
+// discard frees what a losing attempt holds.
+func (o *outcome) discard() {
+	if o.resp != nil && o.resp.Body != nil {
+		o.resp.Body.Close()
+	}
+	if o.done != nil {
+		o.done()
+	}
+}
+
+// send makes one attempt of req on host through a, and accepts a delivered
+// answer (a.accept), so that a body that breaks while it is read ahead fails
+// the attempt.
+func send(a attempter, req *http.Request, pool *Pool, host, original string, last bool) outcome {
+	resp, phase, err := a.attempt(req, host, original)
+	o := outcome{host: host, resp: resp, err: err, at: Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: last, Connected: phase == Connected}}
+	if err == nil {
+		o.at.Failure, o.wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
+		if o.at.Failure != NotReadyFailure {
+			if o.err = a.accept(req, resp, pool, host); o.err != nil {
+				o.resp = nil
+				o.at.Responded, phase, o.at.Connected = false, Connected, true
+			}
+		}
+	}
+	if !o.at.Responded {
+		o.at.Canceled = req.Context().Err() != nil
+		o.at.Failure = a.classify(o.err, phase)
+	}
+	return o
+}
+
+// MayHedge tells whether a request may be sent to a second host while the
+// first has not answered yet: only a read (GET, HEAD) without a body, whose
+// answer is not open-ended (a watch, a followed log), that upgrades nothing
+// and is not proxied to a pod, service or node (a slow answer there is the
+// backend's, and a second API server would ask the same backend again).
+// Two copies of it cost the servers a read, never a write.
+func MayHedge(method string, hasBody, streaming, upgrade, proxied bool) bool {
+	return (method == http.MethodGet || method == http.MethodHead) && !hasBody && !streaming && !upgrade && !proxied
+}
+
+// hedgeable is MayHedge of req.
+func hedgeable(req *http.Request) bool {
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	return MayHedge(req.Method, hasBody, isStreaming(req), req.Header.Get("Upgrade") != "", !MayLearnFrom(req.URL.Path))
+}
+
+// race sends req to first and, when no answer came within after, to second
+// as well: a host that is black-holed (a partition: nothing answers, not
+// even a reset) would otherwise hold the read until the HTTP/2 health check
+// gives up on its connection. It returns the attempts to judge, in order;
+// an attempt ended because the other delivered first is not among them.
+// hedged tells whether second was tried.
+func race(a attempter, req *http.Request, pool *Pool, first, second, original string, after time.Duration, secondIsLast bool) (outs []outcome, hedged bool) {
+	ctx0, cancel0 := context.WithCancel(req.Context())
+	type hedge struct {
+		cancel context.CancelFunc
+		out    chan outcome
+	}
+	// claimed is set by the attempt that delivers first; only it may end
+	// the other.
+	var claimed atomic.Bool
+	started := make(chan hedge, 1)
+	timer := time.AfterFunc(after, func() {
+		ctx1, cancel1 := context.WithCancel(req.Context())
+		h := hedge{cancel: cancel1, out: make(chan outcome, 1)}
+		started <- h
+		o := send(a, req.Clone(ctx1), pool, second, original, secondIsLast)
+		o.done = cancel1
+		if o.delivers() && claimed.CompareAndSwap(false, true) {
+			cancel0() // the first attempt's caller is waiting on it
+		}
+		h.out <- o
+	})
+	o0 := send(a, req.WithContext(ctx0), pool, first, original, false)
+	o0.done = cancel0
+	if timer.Stop() {
+		return []outcome{o0}, false
+	}
+	h := <-started
+	switch {
+	case o0.delivers() && claimed.CompareAndSwap(false, true):
+		h.cancel()
+		go func() { o := <-h.out; o.discard() }()
+		metrics.requests.WithLabelValues(second, "hedge-lost").Inc()
+		return []outcome{o0}, true
+	case claimed.Load():
+		// The hedge delivered first and ended the first attempt.
+		o1 := <-h.out
+		o0.discard()
+		metrics.requests.WithLabelValues(first, "hedge-lost").Inc()
+		klog.V(2).InfoS("A hedged read answered first", "slow", first, "answered", second, "after", after)
+		return []outcome{o1}, true
+	}
+	// The first attempt failed by itself: both are judged, in order.
+	return []outcome{o0, <-h.out}, true
+}
+
+// releaseOnClose makes closing resp's body release the attempt's context.
+func releaseOnClose(resp *http.Response, done context.CancelFunc) {
+	if done == nil {
+		return
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		done()
+		return
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, done: done}
+}
+
+// releasingBody releases an attempt's context when it is closed.
+type releasingBody struct {
+	io.ReadCloser
+	done context.CancelFunc
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.done()
+	return err
+}
+
 // tryHosts is the one attempt loop: it sends req to the hosts of plan in
 // order, each through a, until AfterAttempt says to stop, and records every
 // attempt in the pool and the metrics. It returns the answer and the host
 // that gave it. When every host failed, the caller sees the error of the
 // host it configured, as it would without the option, or else the last.
-//
-// Hedged reads would start here (a second attempt on the next host while the
-// first is slow), deciding through the same AfterAttempt.
-func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, original string, learn bool) (*http.Response, string, error) {
+// With hedgeAfter > 0, a read that MayHedge goes to the next host too when
+// the one tried has not answered within hedgeAfter (race).
+func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, original string, learn bool, hedgeAfter time.Duration) (*http.Response, string, error) {
 	var lastErr, originalErr error
 	var refusal *http.Response // the last KEP-3028 refusal, returned if no host does better
-	for i, host := range plan {
+	hedge := hedgeAfter > 0 && hedgeable(req)
+	for i := 0; i < len(plan); i++ {
 		if i > 0 && req.GetBody != nil {
 			body, err := req.GetBody()
 			if err != nil {
@@ -136,55 +278,69 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 			req = req.Clone(req.Context())
 			req.Body = body
 		}
-		resp, phase, err := a.attempt(req, host, original)
-		at := Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: i == len(plan)-1, Connected: phase == Connected}
-		var wait time.Duration
-		if err == nil {
-			at.Failure, wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
-			if at.Failure != NotReadyFailure {
-				if err = a.accept(req, resp, pool, host); err != nil {
-					at.Responded, phase, at.Connected = false, Connected, true
+		var outs []outcome
+		if hedge && i+1 < len(plan) {
+			var hedged bool
+			outs, hedged = race(a, req, pool, plan[i], plan[i+1], original, hedgeAfter, i+2 == len(plan))
+			if hedged {
+				i++
+			}
+		} else {
+			outs = []outcome{send(a, req, pool, plan[i], original, i == len(plan)-1)}
+		}
+		for k, o := range outs {
+			host, resp, err := o.host, o.resp, o.err
+			if !o.at.Responded {
+				lastErr = err
+				if host == original {
+					originalErr = err
 				}
 			}
-		}
-		if !at.Responded {
-			at.Canceled = req.Context().Err() != nil
-			at.Failure = a.classify(err, phase)
-			lastErr = err
-			if host == original {
-				originalErr = err
+			d := AfterAttempt(o.at)
+			metrics.requests.WithLabelValues(host, d.Result).Inc()
+			if d.CountsAgainstHost {
+				failure := err
+				if o.at.Responded {
+					failure = errors.New("answered 503 with X-Kubernetes-Ready: false")
+				}
+				recordFailure(pool, host, o.at.Failure, failure, o.wait)
 			}
-		}
-		d := AfterAttempt(at)
-		metrics.requests.WithLabelValues(host, d.Result).Inc()
-		if d.CountsAgainstHost {
-			failure := err
-			if at.Responded {
-				failure = errors.New("answered 503 with X-Kubernetes-Ready: false")
-			}
-			recordFailure(pool, host, at.Failure, failure, wait)
-		}
-		switch d.Verdict {
-		case Deliver:
-			if at.Failure == NotReadyFailure {
+			switch d.Verdict {
+			case Deliver:
+				for _, rest := range outs[k+1:] {
+					rest.discard()
+				}
+				releaseOnClose(resp, o.done)
+				if o.at.Failure == NotReadyFailure {
+					return resp, host, nil
+				}
+				if refusal != nil {
+					refusal.Body.Close()
+				}
+				var altSvc []string
+				if learn {
+					altSvc = resp.Header.Values(altsvc.HeaderName)
+				}
+				if prev := pool.succeeded(host, original, altSvc); prev != "" {
+					metrics.switches.Inc()
+					klog.InfoS("Switched API server", "from", prev, "to", host)
+				}
 				return resp, host, nil
+			case KeepAndTryNext:
+				refusal = keepRefusal(resp)
+				if o.done != nil {
+					o.done()
+				}
+			case TryNext:
+				if o.done != nil {
+					o.done()
+				}
+			case GiveUp:
+				for _, rest := range outs[k:] {
+					rest.discard()
+				}
+				return nil, "", err
 			}
-			if refusal != nil {
-				refusal.Body.Close()
-			}
-			var altSvc []string
-			if learn {
-				altSvc = resp.Header.Values(altsvc.HeaderName)
-			}
-			if prev := pool.succeeded(host, original, altSvc); prev != "" {
-				metrics.switches.Inc()
-				klog.InfoS("Switched API server", "from", prev, "to", host)
-			}
-			return resp, host, nil
-		case KeepAndTryNext:
-			refusal = keepRefusal(resp)
-		case GiveUp:
-			return nil, "", err
 		}
 	}
 	if refusal != nil {

@@ -16,7 +16,7 @@ var metrics = struct {
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_requests_total",
-		Help: "Requests sent by the alternative-services round tripper, by API server and result (ok, network, certificate, canceled, not the host's fault).",
+		Help: "Requests sent by the alternative-services round tripper, by API server and result (ok, network, certificate, canceled, not the host's fault; hedge-lost: a read another server answered first).",
 	}, []string{"host", "result"}),
 	switches: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_switches_total",

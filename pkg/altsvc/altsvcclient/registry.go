@@ -28,6 +28,12 @@ import (
 // certificate carries it (it is the in-cluster name of the kubernetes service).
 const ServerName = "kubernetes.default"
 
+// DefaultHedgeAfter is Options.HedgeAfter's default: above what an API
+// server on a healthy network takes for a GET (a few milliseconds; a large
+// LIST from its cache some hundreds), below the second a client should
+// need to leave a partitioned server.
+const DefaultHedgeAfter = 300 * time.Millisecond
+
 // Options configure the alternative-services round tripper.
 type Options struct {
 	// Hosts are alternative API servers known in advance, as host:port or
@@ -47,6 +53,11 @@ type Options struct {
 	// connection is pinged, and the time the ping may take; 0 means 2s
 	// (client-go: 30s and 15s). It is what notices a host that vanished.
 	HealthCheckInterval time.Duration
+	// HedgeAfter is how long a read (MayHedge) waits for an answer before
+	// the next host is asked too, the first answer winning: what moves a
+	// client off a black-holed server (nothing answers, not even a reset)
+	// within a second. 0 means 300ms; a negative value turns it off.
+	HedgeAfter time.Duration
 	// CARefreshInterval is how often client-go is given the chance to re-read
 	// a CA file that changed on disk (client-go itself re-reads it at most
 	// every 5 minutes); 0 means 1 minute.
@@ -67,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.HealthCheckInterval <= 0 {
 		o.HealthCheckInterval = 2 * time.Second
+	}
+	if o.HedgeAfter == 0 {
+		o.HedgeAfter = DefaultHedgeAfter
 	}
 	if o.CARefreshInterval <= 0 {
 		o.CARefreshInterval = time.Minute

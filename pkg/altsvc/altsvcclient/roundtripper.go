@@ -105,7 +105,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
 	pool := rt.poolFor(original, base.TLSClientConfig.RootCAs)
 	learn := MayLearnFrom(req.URL.Path)
-	resp, host, err := tryHosts(ts, req, pool, pool.plan(original), original, learn)
+	resp, host, err := tryHosts(ts, req, pool, pool.plan(original), original, learn, rt.reg.opts.HedgeAfter)
 	if err != nil || resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
@@ -125,7 +125,7 @@ func (rt *roundTripper) resumeWatch(req *http.Request, resp *http.Response, pool
 			return nil, err
 		}
 		original := CanonicalHost(r.URL.Scheme, r.URL.Host)
-		resp, h, err := tryHosts(ts, r, pool, pool.plan(original), original, learn)
+		resp, h, err := tryHosts(ts, r, pool, pool.plan(original), original, learn, rt.reg.opts.HedgeAfter)
 		if err == nil {
 			host = h
 		}

@@ -362,6 +362,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	withOption, _ := client(b, p, srv.host(), Options{})
 	onAlternative, _ := client(b, p, dead, Options{Hosts: []string{alt.host()}})
+	// With an alternative to hedge to, every read arms the hedge timer.
+	hedgeArmed, _ := client(b, p, srv.host(), Options{Hosts: []string{srv.host(), alt.host()}})
+	hedgeOff, _ := client(b, p, srv.host(), Options{Hosts: []string{srv.host(), alt.host()}, HedgeAfter: -1})
 	for _, bc := range []struct {
 		name string
 		c    *http.Client
@@ -370,6 +373,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 		{"client-go", plain, "https://" + srv.host() + "/api"},
 		{"original-host", withOption, "https://" + srv.host() + "/api"},
 		{"alternative-host", onAlternative, "https://" + dead + "/api"},
+		{"two-hosts-hedge-armed", hedgeArmed, "https://" + srv.host() + "/api"},
+		{"two-hosts-hedge-off", hedgeOff, "https://" + srv.host() + "/api"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			if _, err := get(bc.c, bc.url); err != nil {

@@ -70,7 +70,7 @@ func (rt *upgradeRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 	original := CanonicalHost(req.URL.Scheme, req.URL.Host)
 	pool := rt.reg.pool("https://"+original, tlsCfg.RootCAs)
 	rt.tlsCfg, rt.serverName = tlsCfg, tlsCfg.ServerName
-	resp, _, err := tryHosts(rt, req, pool, pool.plan(original), original, false)
+	resp, _, err := tryHosts(rt, req, pool, pool.plan(original), original, false, 0)
 	return resp, err
 }
 
