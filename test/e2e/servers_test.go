@@ -285,7 +285,7 @@ spec:
       topologySpreadConstraints:
       - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: spread}}}
       containers:
-      - {name: c, image: ` + testimage.BusyboxName + `, imagePullPolicy: Never, command: [sh, -c, "echo hello from $NODE; exec sleep 3600"],
+      - {name: c, image: ` + testimage.BusyboxName + `, imagePullPolicy: Never, command: [sh, -c, "echo hello from $NODE; cd /tmp && echo $NODE > index.html && exec httpd -f -vv -p 8080"],
          env: [{name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]}
 `
 	if out, err := spKubectlIn(ctx, bin, servers[0].kubeconfig(), spread, "apply", "-f", "-"); err != nil {
@@ -315,6 +315,28 @@ spec:
 	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", pods.Items[0].Name); err != nil || !strings.Contains(out, "hello from w3") {
 		t.Errorf("kubectl logs of the pod on the worker: %v\n%s", err, out)
 	}
+
+	// Pods reach pods on other nodes, by address and without NAT: each
+	// node routes the others' pod ranges through their addresses.
+	all, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onWorker := pods.Items[0]
+	for _, p := range all.Items {
+		if p.Spec.NodeName == onWorker.Spec.NodeName {
+			continue
+		}
+		var out string
+		waitFor(t, ctx, time.Minute, "the pod on the worker reaching the pod on "+p.Spec.NodeName+" at "+p.Status.PodIP, func() (bool, string) {
+			out, err = spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "wget", "-qO-", "-T", "3", "http://"+p.Status.PodIP+":8080/")
+			return err == nil && strings.TrimSpace(out) == p.Spec.NodeName, fmt.Sprint(out, err)
+		})
+		if logs, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", p.Name); err != nil || !strings.Contains(logs, onWorker.Status.PodIP+":") {
+			t.Errorf("the pod on %s did not see the worker pod's address %s (NAT between pods?): %v\n%s", p.Spec.NodeName, onWorker.Status.PodIP, err, logs)
+		}
+	}
+	t.Logf("the pod on the worker reached the pods on the three servers by their addresses")
 
 	// Remove a server and add it back.
 	servers[2].up.Stop(t)

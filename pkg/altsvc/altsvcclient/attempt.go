@@ -200,6 +200,12 @@ func race(a attempter, req *http.Request, pool *Pool, first, second, original st
 	var claimed atomic.Bool
 	started := make(chan hedge, 1)
 	timer := time.AfterFunc(after, func() {
+		if !pool.hedges.Allow() {
+			metrics.hedges.WithLabelValues("over-budget").Inc()
+			started <- hedge{}
+			return
+		}
+		metrics.hedges.WithLabelValues("sent").Inc()
 		ctx1, cancel1 := context.WithCancel(req.Context())
 		h := hedge{cancel: cancel1, out: make(chan outcome, 1)}
 		started <- h
@@ -216,6 +222,9 @@ func race(a attempter, req *http.Request, pool *Pool, first, second, original st
 		return []outcome{o0}, false
 	}
 	h := <-started
+	if h.out == nil {
+		return []outcome{o0}, false
+	}
 	switch {
 	case o0.delivers() && claimed.CompareAndSwap(false, true):
 		h.cancel()

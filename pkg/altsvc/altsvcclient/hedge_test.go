@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testpki"
 )
@@ -178,6 +180,23 @@ func TestHedgedReads(t *testing.T) {
 		}
 		if pool.Current() != a.host() {
 			t.Errorf("current host %q, want %s", pool.Current(), a.host())
+		}
+	})
+
+	t.Run("with the pool's budget of hedges spent, a slow read waits for its host", func(t *testing.T) {
+		a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+		a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(150 * time.Millisecond)
+			fmt.Fprint(w, "a")
+		})
+		hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}, HedgeAfter: 50 * time.Millisecond})
+		pool.hedges = rate.NewLimiter(0, 0)
+		if got, err := get(hc, "https://"+a.host()+"/api"); err != nil || got != "a" {
+			t.Errorf("slow GET over budget: %q, %v; want a's answer", got, err)
+		}
+		if n := b.requests.Load(); n != 0 {
+			t.Errorf("b got %d requests with no hedge left in the budget", n)
 		}
 	})
 

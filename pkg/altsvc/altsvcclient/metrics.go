@@ -13,6 +13,7 @@ var metrics = struct {
 	blocks   *prometheus.CounterVec
 	blocked  prometheus.Gauge
 	resumes  prometheus.Counter
+	hedges   *prometheus.CounterVec
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_requests_total",
@@ -34,12 +35,16 @@ var metrics = struct {
 		Name: "steadyplane_client_alternative_services_watch_resumes_total",
 		Help: "Watches whose stream broke and that went on on another API server from their last event.",
 	}),
+	hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_hedges_total",
+		Help: "Reads without an answer after the hedge delay, by what followed (sent: also sent to the next API server; over-budget: not sent, the pool's budget of hedges was spent).",
+	}, []string{"outcome"}),
 }
 
 // RegisterMetrics registers the round tripper's metrics with reg (for
 // example prometheus.DefaultRegisterer, or a controller-runtime registry).
 func RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes} {
+	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes, metrics.hedges} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

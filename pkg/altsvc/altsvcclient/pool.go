@@ -1,6 +1,7 @@
 package altsvcclient
 
 import (
+	"golang.org/x/time/rate"
 	"net"
 	"slices"
 	"sort"
@@ -64,7 +65,19 @@ type Pool struct {
 	// the current host); cached is the last plan made.
 	gen    uint64
 	cached cachedPlan
+
+	// hedges bounds the reads sent to a second host (race): an overloaded
+	// cluster, where every read is slow, must not get twice the reads.
+	// One hedge finds a server that answers, and the requests after it go
+	// there: a partition needs few.
+	hedges *rate.Limiter
 }
+
+// hedgeRate and hedgeBurst are a pool's budget of hedged reads.
+const (
+	hedgeRate  = 5 // per second
+	hedgeBurst = 20
+)
 
 func newPool(configured []string, blockDuration time.Duration, clk clock.PassiveClock, local func(string) bool, seed uint64) *Pool {
 	return &Pool{
@@ -74,6 +87,7 @@ func newPool(configured []string, blockDuration time.Duration, clk clock.Passive
 		seed:          seed,
 		configured:    configured,
 		records:       map[string]*hostRecord{},
+		hedges:        rate.NewLimiter(hedgeRate, hedgeBurst),
 	}
 }
 

@@ -170,7 +170,7 @@ var (
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, hookFailures, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(statusWrites, runningPods, peerRoutes, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, hookFailures, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 }
 
@@ -330,6 +330,9 @@ func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache
 	}
 	leases := lease.NewController(clock.RealClock{}, a.client, a.opts.NodeName, 40, nil, 10*time.Second, a.opts.NodeName, corev1.NamespaceNodeLease, a.setLeaseOwner)
 	go leases.Run(ctx)
+	if a.opts.Network != nil {
+		go a.routePeers(ctx)
+	}
 	go servicesInformer.RunWithContext(ctx)
 	// The containers of API pods get the Services' variables: the pods
 	// are listed once the Services have been (a few objects, one request).

@@ -234,6 +234,12 @@ func (n *Network) runtimeConf(pod *corev1.Pod, id, netns, ifName string) *libcni
 // PodCIDR is the range pods get their addresses from.
 func (n *Network) PodCIDR() string { return n.cfg.PodCIDR }
 
+// Bridge is the host bridge the pods' interfaces join.
+func (n *Network) Bridge() string { return n.cfg.Bridge }
+
+// NAT tells whether pods' traffic leaving the node is masqueraded.
+func (n *Network) NAT() bool { return n.cfg.NAT }
+
 // Setup attaches the pod's network namespace to the pod network and
 // returns its addresses. A namespace already attached (a restarted agent)
 // keeps its addresses: the cached result is returned.

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
+
+	"github.com/steadyplane/steadyplane/pkg/client/patient"
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+)
+
+// peerResync is how often the routes to other nodes' pods are made again
+// without a change of Nodes (someone may have removed one).
+const peerResync = 30 * time.Second
+
+var peerRoutes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_node_pod_peer_routes", Help: "Routes from this node to other nodes' pod ranges."})
+
+// routePeers keeps this host's routes to the other nodes' pods (their pod
+// ranges through their addresses) and their exemption from the pod
+// network's masquerade, as Nodes come, change and go.
+func (a *Agent) routePeers(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	nodes, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: patient.ListerWatcher(ctx, cache.NewListWatchFromClient(a.client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.Everything()), patient.DefaultOptions),
+		ObjectType:    &corev1.Node{},
+		Handler:       cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke},
+	})
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return
+	}
+	var ipt utiliptables.Interface
+	if a.opts.Network.NAT() {
+		ipt = utiliptables.New(utiliptables.ProtocolIPv4)
+	}
+	r := peerRouter{agent: a, ipt: ipt, said: map[string]string{}}
+	tick := time.NewTicker(peerResync)
+	defer tick.Stop()
+	for {
+		var peers []podnet.Peer
+		for _, obj := range nodes.List() {
+			peers = append(peers, peerOf(obj.(*corev1.Node)))
+		}
+		r.sync(peers)
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// peerOf is what the routes to n's pods are made from.
+func peerOf(n *corev1.Node) podnet.Peer {
+	p := podnet.Peer{Name: n.Name, PodCIDRs: n.Spec.PodCIDRs}
+	if len(p.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+		p.PodCIDRs = []string{n.Spec.PodCIDR}
+	}
+	for _, addr := range n.Status.Addresses {
+		if addr.Type == corev1.NodeInternalIP {
+			p.Address = addr.Address
+			break
+		}
+	}
+	return p
+}
+
+// peerRouter applies PeerRoutes and says once what it cannot route.
+type peerRouter struct {
+	agent *Agent
+	ipt   utiliptables.Interface
+	// acted is set once routes were made: from then on an empty set is
+	// applied too (removing the last peer's). Until then an agent without
+	// peers (a single node) touches no route and no rule.
+	acted bool
+	said  map[string]string // node → the last reason given for no route
+	err   string            // the last error applying, logged once
+}
+
+func (r *peerRouter) sync(peers []podnet.Peer) {
+	a := r.agent
+	bridge, own := a.opts.Network.Bridge(), a.opts.Network.PodCIDR()
+	connected, err := podnet.ConnectedNetworks(bridge)
+	if err != nil {
+		r.failed(fmt.Errorf("listing this host's networks: %w", err))
+		return
+	}
+	routes, unroutable := podnet.PeerRoutes(a.opts.NodeName, own, peers, connected)
+	for node, why := range unroutable {
+		if r.said[node] != why {
+			r.said[node] = why
+			klog.InfoS("No route to another node's pods", "node", node, "reason", why)
+			a.nodeEvent(corev1.EventTypeWarning, "PodRoutesUnavailable", "Pods on this node cannot reach the pods of node %s: %s", node, why)
+		}
+	}
+	for node := range r.said {
+		if _, still := unroutable[node]; !still {
+			delete(r.said, node)
+		}
+	}
+	if len(routes) == 0 && !r.acted {
+		return
+	}
+	r.acted = true
+	if err := podnet.SetPeerRoutes(routes); err != nil {
+		r.failed(err)
+		return
+	}
+	if r.ipt != nil {
+		if err := podnet.SetPeerNoMasquerade(r.ipt, own, routes); err != nil {
+			r.failed(err)
+			return
+		}
+	}
+	if r.err != "" {
+		klog.InfoS("Routes to other nodes' pods set again", "routes", len(routes))
+	}
+	r.err = ""
+	peerRoutes.Set(float64(len(routes)))
+	klog.V(2).InfoS("Routes to other nodes' pods", "routes", routes)
+}
+
+func (r *peerRouter) failed(err error) {
+	if err.Error() != r.err {
+		r.err = err.Error()
+		klog.ErrorS(err, "Setting the routes to other nodes' pods")
+		r.agent.nodeEvent(corev1.EventTypeWarning, "PodRoutesFailed", "Setting the routes to other nodes' pods: %v", err)
+	}
+}
