@@ -209,6 +209,7 @@ func Run(ctx context.Context, opts options.CompletedOptions, sp *Options) error 
 			return err
 		}
 	}
+	installRBAC(&config.Aggregator.GenericConfig.Config, "steadyplane-node-peers-rbac", nodePeersAccess()...)
 	for _, c := range []*genericapiserver.Config{&config.Aggregator.GenericConfig.Config, config.KubeAPIs.ControlPlane.Generic, &config.ApiExtensions.GenericConfig.Config} {
 		c.EffectiveVersion = withGitVersion(c.EffectiveVersion, buildinfo.KubernetesGitVersion())
 	}

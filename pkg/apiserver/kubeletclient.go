@@ -9,12 +9,14 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
 
 // KubeletClientBinding is the ClusterRoleBinding that lets the API server's
@@ -25,34 +27,52 @@ const KubeletClientBinding = "steadyplane:kube-apiserver-kubelet-client"
 
 // installKubeletClientAccess adds a post-start hook that binds the user of
 // the --kubelet-client-certificate to system:kubelet-api-admin, so that
-// nodes authorize the API server's calls by SubjectAccessReview.
+// nodes authorize the API server's calls by SubjectAccessReview. /readyz
+// waits for it: an API server that cannot reach its nodes' logs and exec
+// is not ready.
 func installKubeletClientAccess(c *genericapiserver.Config, certFile string) error {
 	user, err := certificateUser(certFile)
 	if err != nil {
 		return err
 	}
-	c.AddPostStartHookOrDie("steadyplane-kubelet-client-rbac", func(hc genericapiserver.PostStartHookContext) error {
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: KubeletClientBinding, Labels: rbacutil.ManagedBy},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	installRBAC(c, "steadyplane-kubelet-client-rbac", binding)
+	return nil
+}
+
+// NodePeersRole lets every node read all Nodes, which the Node authorizer
+// no longer allows (a node reads only its own): a node agent routes the
+// other nodes' pod ranges through their addresses (podnet.PeerRoutes).
+const NodePeersRole = "steadyplane:node-peers"
+
+// nodePeersAccess are NodePeersRole and its binding to the group of nodes.
+func nodePeersAccess() []any {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: NodePeersRole, Labels: rbacutil.ManagedBy},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
+	return []any{role, rbacutil.GroupBinding(NodePeersRole, user.NodesGroup)}
+}
+
+// installRBAC adds a post-start hook named hook that makes objs
+// (rbacutil.Ensure) through the loopback client, retrying for a minute;
+// /readyz waits for it.
+func installRBAC(c *genericapiserver.Config, hook string, objs ...any) {
+	c.AddPostStartHookOrDie(hook, func(hc genericapiserver.PostStartHookContext) error {
 		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
 		if err != nil {
 			return err
 		}
-		binding := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: KubeletClientBinding, Labels: map[string]string{"app.kubernetes.io/managed-by": "steadyplane"}},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-		}
-		// /readyz waits for this hook: an API server that cannot reach its
-		// nodes' logs and exec is not ready.
 		return wait.PollUntilContextTimeout(hc, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-			if err == nil || apierrors.IsAlreadyExists(err) {
-				return true, nil
+			if err := rbacutil.Ensure(ctx, client, objs...); err != nil {
+				klog.V(2).InfoS("Making steadyplane's RBAC objects; retrying", "hook", hook, "err", err)
+				return false, nil
 			}
-			klog.V(2).InfoS("Binding the kubelet client certificate; retrying", "user", user, "err", err)
-			return false, nil
+			return true, nil
 		})
 	})
-	return nil
 }
 
 // certificateUser is the user name (common name) of the first certificate

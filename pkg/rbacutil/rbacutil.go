@@ -77,6 +77,11 @@ func UserBinding(role, namespace, user string) any {
 	return binding(role, namespace, roleKind, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user})
 }
 
+// GroupBinding binds ClusterRole role to group, under the role's name.
+func GroupBinding(role, group string) any {
+	return binding(role, "", "ClusterRole", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group})
+}
+
 // ServiceAccountBinding binds Role role in namespace to a service account there.
 func ServiceAccountBinding(role, namespace, serviceAccount string) any {
 	return binding(role, namespace, "Role", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: namespace})

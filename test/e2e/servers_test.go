@@ -327,12 +327,27 @@ spec:
 		if p.Spec.NodeName == onWorker.Spec.NodeName {
 			continue
 		}
+		// nc, not wget: Debian's static busybox wget dies of SIGSEGV in a
+		// network namespace.
 		var out string
-		waitFor(t, ctx, time.Minute, "the pod on the worker reaching the pod on "+p.Spec.NodeName+" at "+p.Status.PodIP, func() (bool, string) {
-			out, err = spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "wget", "-qO-", "-T", "3", "http://"+p.Status.PodIP+":8080/")
-			return err == nil && strings.TrimSpace(out) == p.Spec.NodeName, fmt.Sprint(out, err)
-		})
-		if logs, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", p.Name); err != nil || !strings.Contains(logs, onWorker.Status.PodIP+":") {
+		for i := 0; ; i++ {
+			out, err = spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "sh", "-c", `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 `+p.Status.PodIP+" 8080")
+			if err == nil && strings.HasSuffix(strings.TrimSpace(out), "\n"+p.Spec.NodeName) {
+				break
+			}
+			if i == 8 {
+				for h := range 4 {
+					name, args := nw.NSEnter(h, "diag", "sh", "-c", "ip route; iptables -t nat -S POSTROUTING; iptables -t nat -S STEADYPLANE-POD-PEERS; sysctl net.ipv4.ip_forward net.ipv4.conf.all.rp_filter net.ipv4.conf.eth0.rp_filter; ip neigh")
+					diag, _ := exec.CommandContext(ctx, name, args...).CombinedOutput()
+					t.Logf("host %d:\n%s", h, diag)
+				}
+				t.Fatalf("the pod on the worker does not reach the pod on %s at %s: %v\n%s", p.Spec.NodeName, p.Status.PodIP, err, out)
+			}
+			time.Sleep(time.Second)
+		}
+		// httpd -vv logs each caller's address, IPv4-mapped on its
+		// dual-stack socket.
+		if logs, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", p.Name); err != nil || !strings.Contains(logs, "[::ffff:"+onWorker.Status.PodIP+"]:") && !strings.Contains(logs, "\n"+onWorker.Status.PodIP+":") {
 			t.Errorf("the pod on %s did not see the worker pod's address %s (NAT between pods?): %v\n%s", p.Spec.NodeName, onWorker.Status.PodIP, err, logs)
 		}
 	}

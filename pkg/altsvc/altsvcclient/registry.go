@@ -47,7 +47,10 @@ type Options struct {
 	// BlockDuration is how long a host that failed at the network level is
 	// left out; 0 means 10s.
 	BlockDuration time.Duration
-	// DialTimeout bounds connecting to a host; 0 means 5s (client-go: 30s).
+	// DialTimeout bounds connecting to a host (TCP); 0 means 2s (client-go:
+	// 30s): one lost SYN is sent again after 1s, and a host behind a
+	// partition holds a request that has not been sent no longer than this,
+	// writes included. The TLS handshake has max(DialTimeout, 5s).
 	DialTimeout time.Duration
 	// HealthCheckInterval is the HTTP/2 read-idle time after which a
 	// connection is pinged, and the time the ping may take; 0 means 2s
@@ -74,7 +77,7 @@ func (o *Options) defaults() {
 		o.BlockDuration = 10 * time.Second
 	}
 	if o.DialTimeout <= 0 {
-		o.DialTimeout = 5 * time.Second
+		o.DialTimeout = 2 * time.Second
 	}
 	if o.HealthCheckInterval <= 0 {
 		o.HealthCheckInterval = 2 * time.Second

@@ -47,6 +47,9 @@ func HTTP2Allowed(disableEnv string, nextProtos []string) bool {
 	return len(nextProtos) == 0 || contains(nextProtos, "h2")
 }
 
+// minHandshakeTimeout is the least time the TLS handshake is given.
+const minHandshakeTimeout = 5 * time.Second
+
 func copyTransport(base *http.Transport, serverName string, o Options) (*http.Transport, error) {
 	t := base.Clone()
 	if t.TLSClientConfig == nil {
@@ -65,8 +68,10 @@ func copyTransport(base *http.Transport, serverName string, o Options) (*http.Tr
 		defer cancel()
 		return dial(ctx, network, addr)
 	}
-	if t.TLSHandshakeTimeout == 0 || t.TLSHandshakeTimeout > o.DialTimeout {
-		t.TLSHandshakeTimeout = o.DialTimeout
+	// A handshake costs the server CPU: a busy server gets more time for it
+	// than a dial (a SYN answered or not) takes.
+	if handshake := max(o.DialTimeout, minHandshakeTimeout); t.TLSHandshakeTimeout == 0 || t.TLSHandshakeTimeout > handshake {
+		t.TLSHandshakeTimeout = handshake
 	}
 	// The copy gets an HTTP/2 transport of its own, with its own health
 	// check, unless client-go would not speak HTTP/2 here.

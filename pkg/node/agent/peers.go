@@ -90,6 +90,8 @@ type peerRouter struct {
 	acted bool
 	said  map[string]string // node → the last reason given for no route
 	err   string            // the last error applying, logged once
+	// applied is the last set of routes applied, logged when it changes.
+	applied string
 }
 
 func (r *peerRouter) sync(peers []podnet.Peer) {
@@ -127,12 +129,12 @@ func (r *peerRouter) sync(peers []podnet.Peer) {
 			return
 		}
 	}
-	if r.err != "" {
-		klog.InfoS("Routes to other nodes' pods set again", "routes", len(routes))
+	if text := fmt.Sprint(routes); text != r.applied || r.err != "" {
+		klog.InfoS("Routes to other nodes' pods", "routes", text)
+		r.applied = text
 	}
 	r.err = ""
 	peerRoutes.Set(float64(len(routes)))
-	klog.V(2).InfoS("Routes to other nodes' pods", "routes", routes)
 }
 
 func (r *peerRouter) failed(err error) {
