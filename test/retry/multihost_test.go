@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/steadyplane/steadyplane/internal/testnet"
 	"github.com/steadyplane/steadyplane/internal/testpki"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/ifready/ifreadyclient"
@@ -39,31 +40,7 @@ var hostFaults = []hostFault{
 		return fs.host(), func() int { return len(fs.seen()) }
 	}},
 	{"black-holes", func(t *testing.T, _ *testpki.TestPKI) (string, func() int) {
-		// Accepts TCP and says nothing: the TLS handshake never ends.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var conns []net.Conn
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				conns = append(conns, c)
-			}
-		}()
-		t.Cleanup(func() {
-			l.Close()
-			<-done
-			for _, c := range conns {
-				c.Close()
-			}
-		})
-		return l.Addr().String(), func() int { return 0 }
+		return testnet.BlackHole(t, "127.0.0.1"), func() int { return 0 }
 	}},
 	{"answers 503 not ready", func(t *testing.T, p *testpki.TestPKI) (string, func() int) {
 		nr := fault{status: 503, retryAfter: "1", notReady: true}

@@ -3,7 +3,6 @@ package altsvcclient
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -12,7 +11,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/steadyplane/steadyplane/internal/testci"
+	"github.com/steadyplane/steadyplane/internal/testnet"
 	"github.com/steadyplane/steadyplane/internal/testpki"
 )
 
@@ -39,43 +38,12 @@ func TestMayHedge(t *testing.T) {
 	}
 }
 
-// blackHole is a listener that accepts connections and never answers on
-// them: a server behind a partition, as far as a client's TLS handshake is
-// concerned.
-func blackHole(t *testing.T, ip string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		testci.CannotRun(t, "cannot listen on %s: %v", ip, err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 func TestHedgedReads(t *testing.T) {
 	p := testpki.New(t)
 
 	t.Run("a read to a server that never answers is answered by the next within the hedge delay", func(t *testing.T) {
 		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
-		orig := blackHole(t, "127.0.0.1")
+		orig := testnet.BlackHole(t, "127.0.0.1")
 		hc, pool := client(t, p, orig, Options{Hosts: []string{orig, b.host()}, HedgeAfter: 100 * time.Millisecond})
 		start := time.Now()
 		got, err := get(hc, "https://"+orig+"/api")
@@ -201,8 +169,8 @@ func TestHedgedReads(t *testing.T) {
 	})
 
 	t.Run("the caller's deadline ends both attempts", func(t *testing.T) {
-		orig := blackHole(t, "127.0.0.1")
-		other := blackHole(t, "127.0.0.2")
+		orig := testnet.BlackHole(t, "127.0.0.1")
+		other := testnet.BlackHole(t, "127.0.0.2")
 		hc, _ := client(t, p, orig, Options{Hosts: []string{orig, other}, HedgeAfter: 50 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 		defer cancel()
