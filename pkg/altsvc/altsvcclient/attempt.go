@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -170,36 +171,64 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 // MayHedge tells whether a request may be sent to a second host while the
 // first has not answered yet: only a read (GET, HEAD) without a body, whose
 // answer is not open-ended (a watch, a followed log), that upgrades nothing
-// and is not proxied to a pod, service or node (a slow answer there is the
-// backend's, and a second API server would ask the same backend again).
-// Two copies of it cost the servers a read, never a write.
-func MayHedge(method string, hasBody, streaming, upgrade, proxied bool) bool {
-	return (method == http.MethodGet || method == http.MethodHead) && !hasBody && !streaming && !upgrade && !proxied
+// and whose answer does not come from a backend (proxied to a pod, service
+// or node, or a container's log read from its node: a slow answer there is
+// the backend's, and a second API server would ask it again). Two copies of
+// it cost the servers a read, never a write.
+func MayHedge(method string, hasBody, streaming, upgrade, fromBackend bool) bool {
+	return (method == http.MethodGet || method == http.MethodHead) && !hasBody && !streaming && !upgrade && !fromBackend
 }
 
 // hedgeable is MayHedge of req.
 func hedgeable(req *http.Request) bool {
 	hasBody := req.Body != nil && req.Body != http.NoBody
-	return MayHedge(req.Method, hasBody, isStreaming(req), req.Header.Get("Upgrade") != "", !MayLearnFrom(req.URL.Path))
+	fromBackend := !MayLearnFrom(req.URL.Path) || strings.HasSuffix(req.URL.Path, "/log")
+	return MayHedge(req.Method, hasBody, isStreaming(req), req.Header.Get("Upgrade") != "", fromBackend)
+}
+
+// winsRace tells whether o ends the race for its request: an answer the
+// caller gets as it is, and not a sign of an overloaded or failing server
+// (5xx, 429), which the other attempt may do better than.
+func (o *outcome) winsRace() bool {
+	return o.delivers() && o.resp.StatusCode < 500 && o.resp.StatusCode != http.StatusTooManyRequests
+}
+
+// recordLoser records an attempt that lost a race but had failed by
+// itself first (not because the race ended it): its host's failure counts
+// as any other attempt's.
+func recordLoser(pool *Pool, o outcome) {
+	if o.at.Responded || o.at.Canceled {
+		return
+	}
+	d := AfterAttempt(o.at)
+	metrics.requests.WithLabelValues(o.host, d.Result).Inc()
+	if d.CountsAgainstHost {
+		recordFailure(pool, o.host, o.at.Failure, o.err, 0)
+	}
 }
 
 // race sends req to first and, when no answer came within after, to second
 // as well: a host that is black-holed (a partition: nothing answers, not
 // even a reset) would otherwise hold the read until the HTTP/2 health check
 // gives up on its connection. It returns the attempts to judge, in order;
-// an attempt ended because the other delivered first is not among them.
-// hedged tells whether second was tried.
+// an attempt the other won over is not among them (its own failure, if it
+// had one, is recorded). hedged tells whether second was tried.
 func race(a attempter, req *http.Request, pool *Pool, first, second, original string, after time.Duration, secondIsLast bool) (outs []outcome, hedged bool) {
 	ctx0, cancel0 := context.WithCancel(req.Context())
 	type hedge struct {
 		cancel context.CancelFunc
 		out    chan outcome
 	}
-	// claimed is set by the attempt that delivers first; only it may end
-	// the other.
-	var claimed atomic.Bool
+	// claimed is set by the attempt that wins (winsRace) first; only it
+	// may end the other. finished is set when the first attempt is over:
+	// a timer firing then sends no hedge.
+	var claimed, finished atomic.Bool
 	started := make(chan hedge, 1)
 	timer := time.AfterFunc(after, func() {
+		if finished.Load() || req.Context().Err() != nil {
+			started <- hedge{}
+			return
+		}
 		if !pool.hedges.Allow() {
 			metrics.hedges.WithLabelValues("over-budget").Inc()
 			started <- hedge{}
@@ -207,16 +236,18 @@ func race(a attempter, req *http.Request, pool *Pool, first, second, original st
 		}
 		metrics.hedges.WithLabelValues("sent").Inc()
 		ctx1, cancel1 := context.WithCancel(req.Context())
+		r1 := req.Clone(ctx1) // before the caller may return and reuse req
 		h := hedge{cancel: cancel1, out: make(chan outcome, 1)}
 		started <- h
-		o := send(a, req.Clone(ctx1), pool, second, original, secondIsLast)
+		o := send(a, r1, pool, second, original, secondIsLast)
 		o.done = cancel1
-		if o.delivers() && claimed.CompareAndSwap(false, true) {
+		if o.winsRace() && claimed.CompareAndSwap(false, true) {
 			cancel0() // the first attempt's caller is waiting on it
 		}
 		h.out <- o
 	})
 	o0 := send(a, req.WithContext(ctx0), pool, first, original, false)
+	finished.Store(true)
 	o0.done = cancel0
 	if timer.Stop() {
 		return []outcome{o0}, false
@@ -225,22 +256,27 @@ func race(a attempter, req *http.Request, pool *Pool, first, second, original st
 	if h.out == nil {
 		return []outcome{o0}, false
 	}
-	switch {
-	case o0.delivers() && claimed.CompareAndSwap(false, true):
+	if o0.winsRace() && claimed.CompareAndSwap(false, true) {
 		h.cancel()
-		go func() { o := <-h.out; o.discard() }()
+		go func() {
+			o := <-h.out
+			recordLoser(pool, o)
+			o.discard()
+		}()
 		metrics.requests.WithLabelValues(second, "hedge-lost").Inc()
 		return []outcome{o0}, true
-	case claimed.Load():
-		// The hedge delivered first and ended the first attempt.
-		o1 := <-h.out
+	}
+	o1 := <-h.out
+	if claimed.Load() {
+		// The hedge won, ending the first attempt (or finding it failed).
+		recordLoser(pool, o0)
 		o0.discard()
 		metrics.requests.WithLabelValues(first, "hedge-lost").Inc()
 		klog.V(2).InfoS("A hedged read answered first", "slow", first, "answered", second, "after", after)
 		return []outcome{o1}, true
 	}
-	// The first attempt failed by itself: both are judged, in order.
-	return []outcome{o0, <-h.out}, true
+	// Neither won: both are judged, in order.
+	return []outcome{o0, o1}, true
 }
 
 // releaseOnClose makes closing resp's body release the attempt's context.

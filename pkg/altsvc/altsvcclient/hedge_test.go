@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/time/rate"
 
 	"github.com/steadyplane/steadyplane/internal/testnet"
@@ -118,7 +119,7 @@ func TestHedgedReads(t *testing.T) {
 	t.Run("a fast answer starts no hedge; a slow one that comes first wins", func(t *testing.T) {
 		a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 		b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
-		hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}, HedgeAfter: 200 * time.Millisecond})
+		hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}, HedgeAfter: 500 * time.Millisecond})
 		for i := 0; i < 20; i++ {
 			if got, err := get(hc, "https://"+a.host()+"/api"); err != nil || !strings.HasPrefix(got, "a ") {
 				t.Fatalf("GET %d: %q, %v", i, got, err)
@@ -127,7 +128,7 @@ func TestHedgedReads(t *testing.T) {
 		if n := b.requests.Load(); n != 0 {
 			t.Errorf("fast reads were hedged: b got %d requests", n)
 		}
-		// a answers after 300ms, b after 600ms: a's answer, though b was asked.
+		// a answers after 700ms, b after 1.4s: a's answer, though b was asked.
 		slow := func(s *apiServer, d time.Duration) {
 			s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				s.requests.Add(1)
@@ -138,8 +139,8 @@ func TestHedgedReads(t *testing.T) {
 				}
 			})
 		}
-		slow(a, 300*time.Millisecond)
-		slow(b, 600*time.Millisecond)
+		slow(a, 700*time.Millisecond)
+		slow(b, 1400*time.Millisecond)
 		if got, err := get(hc, "https://"+a.host()+"/api"); err != nil || got != "a" {
 			t.Errorf("GET with both slow: %q, %v; want a's, the first answer", got, err)
 		}
@@ -148,6 +149,31 @@ func TestHedgedReads(t *testing.T) {
 		}
 		if pool.Current() != a.host() {
 			t.Errorf("current host %q, want %s", pool.Current(), a.host())
+		}
+	})
+
+	t.Run("a hedge answered 500 or 429 fast does not end a slow success", func(t *testing.T) {
+		for _, status := range []int{http.StatusInternalServerError, http.StatusTooManyRequests} {
+			a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+			b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+			a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				time.Sleep(300 * time.Millisecond)
+				fmt.Fprint(w, "a")
+			})
+			b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b.requests.Add(1)
+				http.Error(w, "busy", status)
+			})
+			hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}, HedgeAfter: 50 * time.Millisecond})
+			if got, err := get(hc, "https://"+a.host()+"/api"); err != nil || got != "a" {
+				t.Errorf("slow GET whose hedge got %d: %q, %v; want a's answer", status, got, err)
+			}
+			if n := b.requests.Load(); n != 1 {
+				t.Errorf("b got %d requests, want the one hedge", n)
+			}
+			if pool.Current() != a.host() {
+				t.Errorf("current host %q after b answered %d, want %s", pool.Current(), status, a.host())
+			}
 		}
 	})
 
@@ -175,6 +201,7 @@ func TestHedgedReads(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+orig+"/api", nil)
+		sent := testutil.ToFloat64(metrics.hedges.WithLabelValues("sent"))
 		start := time.Now()
 		if resp, err := hc.Do(req); err == nil {
 			resp.Body.Close()
@@ -182,6 +209,9 @@ func TestHedgedReads(t *testing.T) {
 		}
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("GET past its deadline took %v", took)
+		}
+		if n := testutil.ToFloat64(metrics.hedges.WithLabelValues("sent")) - sent; n != 1 {
+			t.Errorf("%v hedges sent, want the one to the second black hole", n)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,19 +49,27 @@ func (a *Agent) routePeers(ctx context.Context) {
 		ipt = utiliptables.New(utiliptables.ProtocolIPv4)
 	}
 	r := peerRouter{agent: a, ipt: ipt, said: map[string]string{}}
+	// Routes an earlier agent made are this one's to remove when their
+	// nodes are gone.
+	if had, err := podnet.HasPeerRoutes(); err == nil && had {
+		r.acted = true
+	}
 	tick := time.NewTicker(peerResync)
 	defer tick.Stop()
+	force := true
 	for {
 		var peers []podnet.Peer
 		for _, obj := range nodes.List() {
 			peers = append(peers, peerOf(obj.(*corev1.Node)))
 		}
-		r.sync(peers)
+		r.sync(peers, force)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			force = false
 		case <-tick.C:
+			force = true
 		}
 	}
 }
@@ -94,7 +103,11 @@ type peerRouter struct {
 	applied string
 }
 
-func (r *peerRouter) sync(peers []podnet.Peer) {
+// sync applies the routes and rules peers call for: when they changed,
+// after a failure, or with force (the resync: someone may have removed
+// them). Node status updates come every few seconds from every node; most
+// change nothing here, and cost no iptables call.
+func (r *peerRouter) sync(peers []podnet.Peer, force bool) {
 	a := r.agent
 	bridge, own := a.opts.Network.Bridge(), a.opts.Network.PodCIDR()
 	connected, err := podnet.ConnectedNetworks(bridge)
@@ -118,18 +131,22 @@ func (r *peerRouter) sync(peers []podnet.Peer) {
 	if len(routes) == 0 && !r.acted {
 		return
 	}
+	text := fmt.Sprint(routes)
+	if text == r.applied && r.err == "" && !force {
+		return
+	}
 	r.acted = true
-	if err := podnet.SetPeerRoutes(routes); err != nil {
+	// The rules go in even when a route failed: the routes that were made
+	// carry traffic that must keep its source.
+	err = podnet.SetPeerRoutes(routes)
+	if r.ipt != nil {
+		err = errors.Join(err, podnet.SetPeerNoMasquerade(r.ipt, own, routes))
+	}
+	if err != nil {
 		r.failed(err)
 		return
 	}
-	if r.ipt != nil {
-		if err := podnet.SetPeerNoMasquerade(r.ipt, own, routes); err != nil {
-			r.failed(err)
-			return
-		}
-	}
-	if text := fmt.Sprint(routes); text != r.applied || r.err != "" {
+	if text != r.applied || r.err != "" {
 		klog.InfoS("Routes to other nodes' pods", "routes", text)
 		r.applied = text
 	}

@@ -43,6 +43,10 @@ func PeerRoutes(self, own string, peers []Peer, connected []*net.IPNet) ([]PeerR
 	_, ownNet, _ := netutils.ParseCIDRSloppy(own)
 	var routes []PeerRoute
 	unroutable := map[string]string{}
+	// By name: of two nodes claiming one range (a stale Node left behind),
+	// the same one gets it at every sync.
+	peers = slices.SortedFunc(slices.Values(peers), func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+	routedBy := map[string]string{}
 	for _, p := range peers {
 		if p.Name == self || len(p.PodCIDRs) == 0 || p.Address == "" {
 			continue
@@ -67,7 +71,10 @@ func PeerRoutes(self, own string, peers []Peer, connected []*net.IPNet) ([]PeerR
 				unroutable[p.Name] = fmt.Sprintf("its pod range %s overlaps this node's (%s)", dst, ownNet)
 			case slices.ContainsFunc(connected, func(n *net.IPNet) bool { return n.Contains(dst.IP) || dst.Contains(n.IP) }):
 				unroutable[p.Name] = fmt.Sprintf("its pod range %s overlaps a network this host is attached to", dst)
+			case routedBy[dst.String()] != "":
+				unroutable[p.Name] = fmt.Sprintf("its pod range %s is node %s's too", dst, routedBy[dst.String()])
 			default:
+				routedBy[dst.String()] = p.Name
 				routes = append(routes, PeerRoute{Node: p.Name, Dst: dst, Via: via})
 			}
 		}
@@ -105,6 +112,13 @@ func ConnectedNetworks(bridge string) ([]*net.IPNet, error) {
 		}
 	}
 	return nets, nil
+}
+
+// HasPeerRoutes tells whether the host has routes SetPeerRoutes made (an
+// earlier agent's).
+func HasPeerRoutes() (bool, error) {
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+	return len(have) > 0, err
 }
 
 // SetPeerRoutes makes the host's routes to other nodes' pods exactly

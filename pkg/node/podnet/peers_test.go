@@ -40,6 +40,10 @@ func TestPeerRoutes(t *testing.T) {
 			{Name: "twin", PodCIDRs: []string{"10.244.0.0/16"}, Address: "192.168.50.5"},
 			{Name: "lanlike", PodCIDRs: []string{"192.168.50.128/25"}, Address: "192.168.50.6"},
 		}, unroutable: map[string]string{"twin": "overlaps this node's", "lanlike": "overlaps a network this host is attached to"}},
+		{name: "two nodes claim one range: the first by name gets it, every time", peers: []Peer{
+			{Name: "stale", PodCIDRs: []string{"10.244.8.0/24"}, Address: "192.168.50.20"},
+			{Name: "fresh", PodCIDRs: []string{"10.244.8.0/24"}, Address: "192.168.50.21"},
+		}, want: []string{"10.244.8.0/24 via 192.168.50.21"}, unroutable: map[string]string{"stale": "node fresh's too"}},
 		{name: "garbage from the API", peers: []Peer{
 			{Name: "badip", PodCIDRs: []string{"10.244.5.0/24"}, Address: "not-an-ip"},
 			{Name: "badcidr", PodCIDRs: []string{"10.244.6.0"}, Address: "192.168.50.7"},
@@ -167,7 +171,7 @@ func TestSetPeerRoutes(t *testing.T) {
 	if routes != "10.99.0.0/24 via 192.168.50.99,10.244.1.0/24 via 192.168.50.2,10.244.2.0/24 via 192.168.50.3" {
 		t.Errorf("routes after b and c: %s", routes)
 	}
-	for _, want := range []string{"-A POSTROUTING -m comment", "-j STEADYPLANE-POD-PEERS", "-A STEADYPLANE-POD-PEERS -s 10.244.0.0/24 -d 10.244.2.0/24 -j ACCEPT"} {
+	for _, want := range []string{"-A POSTROUTING -m comment", "-j STEADYPLANE-POD-PEERS", "-A STEADYPLANE-POD-PEERS -s 10.244.0.0/24 -d 10.244.1.0/24 -j ACCEPT", "-A STEADYPLANE-POD-PEERS -s 10.244.0.0/24 -d 10.244.2.0/24 -j ACCEPT"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("nat rules lack %q:\n%s", want, rules)
 		}
@@ -181,7 +185,10 @@ func TestSetPeerRoutes(t *testing.T) {
 	if routes != "10.99.0.0/24 via 192.168.50.99,10.244.1.0/24 via 192.168.50.2" {
 		t.Errorf("routes after c left: %s", routes)
 	}
-	if strings.Contains(rules, "10.244.2.0/24") {
-		t.Errorf("c's rule stayed:\n%s", rules)
+	if strings.Contains(rules, "10.244.2.0/24") || !strings.Contains(rules, "-d 10.244.1.0/24 -j ACCEPT") {
+		t.Errorf("after c left, want b's rule alone:\n%s", rules)
+	}
+	if had, err := HasPeerRoutes(); err != nil || !had {
+		t.Errorf("HasPeerRoutes = %v, %v; want b's route found (a restarted agent removes what it no longer needs)", had, err)
 	}
 }
