@@ -197,14 +197,25 @@ func (o *outcome) winsRace() bool {
 // itself first (not because the race ended it): its host's failure counts
 // as any other attempt's.
 func recordLoser(pool *Pool, o outcome) {
-	if o.at.Responded || o.at.Canceled {
-		return
+	if !o.at.Responded && !o.at.Canceled {
+		judge(pool, o)
 	}
+}
+
+// judge decides what follows attempt o (AfterAttempt), counts it in the
+// metrics and moves its host through its states when the failure is the
+// host's.
+func judge(pool *Pool, o outcome) Decision {
 	d := AfterAttempt(o.at)
 	metrics.requests.WithLabelValues(o.host, d.Result).Inc()
 	if d.CountsAgainstHost {
-		recordFailure(pool, o.host, o.at.Failure, o.err, 0)
+		failure := o.err
+		if o.at.Responded {
+			failure = errors.New("answered 503 with X-Kubernetes-Ready: false")
+		}
+		recordFailure(pool, o.host, o.at.Failure, failure, o.wait)
 	}
+	return d
 }
 
 // race sends req to first and, when no answer came within after, to second
@@ -341,15 +352,7 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 					originalErr = err
 				}
 			}
-			d := AfterAttempt(o.at)
-			metrics.requests.WithLabelValues(host, d.Result).Inc()
-			if d.CountsAgainstHost {
-				failure := err
-				if o.at.Responded {
-					failure = errors.New("answered 503 with X-Kubernetes-Ready: false")
-				}
-				recordFailure(pool, host, o.at.Failure, failure, o.wait)
-			}
+			d := judge(pool, o)
 			switch d.Verdict {
 			case Deliver:
 				for _, rest := range outs[k+1:] {

@@ -117,8 +117,13 @@ func ConnectedNetworks(bridge string) ([]*net.IPNet, error) {
 // HasPeerRoutes tells whether the host has routes SetPeerRoutes made (an
 // earlier agent's).
 func HasPeerRoutes() (bool, error) {
-	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+	have, err := madeRoutes()
 	return len(have) > 0, err
+}
+
+// madeRoutes are the host's routes of RouteProtocol.
+func madeRoutes() ([]netlink.Route, error) {
+	return netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
 }
 
 // SetPeerRoutes makes the host's routes to other nodes' pods exactly
@@ -133,7 +138,7 @@ func SetPeerRoutes(routes []PeerRoute) error {
 			errs = append(errs, fmt.Errorf("route %s: %w", r, err))
 		}
 	}
-	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+	have, err := madeRoutes()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
