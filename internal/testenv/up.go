@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 )
 
 // UpPorts is how many free loopback ports UpArgs takes.
@@ -24,6 +26,7 @@ const UpPorts = 11
 // removes the bridge; it is for after up has stopped.
 func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra ...string) (args []string, cleanup func()) {
 	bridge := fmt.Sprintf("%s%d", bridgePrefix, ports[0])
+	podCIDR, release := claimPodRange(octet, ports[0]%250, bridge)
 	// The node's resolver file names no server: CoreDNS forwards nothing
 	// off the machine (names outside the cluster fail at once).
 	resolv := filepath.Join(filepath.Dir(dataDir), "resolv.conf")
@@ -42,12 +45,13 @@ func UpArgs(dataDir string, ports []int, octet int, bridgePrefix string, extra .
 		"--operator-metrics-port", strconv.Itoa(ports[8]),
 		"--proxy-healthz-port", strconv.Itoa(ports[9]),
 		"--proxy-metrics-port", strconv.Itoa(ports[10]),
-		"--pod-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
-		"--cluster-cidr", fmt.Sprintf("10.%d.%d.0/24", octet, ports[0]%250),
+		"--pod-cidr", podCIDR,
+		"--cluster-cidr", podCIDR,
 		"--cni-bridge", bridge,
 		"--resolv-conf", resolv,
 	}
 	return append(args, extra...), func() {
+		defer release()
 		CleanNode(filepath.Join(dataDir, "node"))
 		_ = exec.Command("ip", "link", "del", bridge).Run()
 		// A stopped kube-proxy leaves its rules, which DNAT to pods
@@ -138,4 +142,33 @@ func NewBenchUp(name string, octet int, bridgePrefix string, extra ...string) (*
 func (b *BenchUp) Cleanup() {
 	b.cleanup()
 	os.RemoveAll(b.work)
+}
+
+// claimPodRange picks a 10.<octet>.<n>.0/24, trying n from first on, that no
+// route of the machine uses (but bridge's own, from an earlier run) and no
+// other test process holds, and holds it until release. Two runs whose first
+// ports differ by a multiple of 250 would otherwise get the same range, and
+// the later up refuses it. The hold is an flock, so a test process that dies
+// gives its ranges back.
+func claimPodRange(octet, first int, bridge string) (cidr string, release func()) {
+	routes, _ := podnet.HostRoutes()
+	for i := 0; i < 250; i++ {
+		n := (first + i) % 250
+		cidr = fmt.Sprintf("10.%d.%d.0/24", octet, n)
+		if podnet.CheckFree(cidr, routes, bridge) != nil {
+			continue
+		}
+		lock, err := os.OpenFile(fmt.Sprintf("%s/steadyplane-podrange-%d-%d.lock", os.TempDir(), octet, n), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			break
+		}
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			lock.Close()
+			continue
+		}
+		return cidr, func() { lock.Close() }
+	}
+	// Nothing free (or no temporary directory): the first choice, which up
+	// checks and refuses with a clear error if it is taken.
+	return fmt.Sprintf("10.%d.%d.0/24", octet, first), func() {}
 }
