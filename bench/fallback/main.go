@@ -94,7 +94,12 @@ func run(ctx context.Context, runs int, timeout time.Duration, only string) erro
 		_, err := api.Dynamic.Resource(v1alpha1.GroupVersionResource).Patch(ctx, v1alpha1.Name, types.MergePatchType, []byte(spec), metav1.PatchOptions{})
 		return err
 	}
-	templates, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, operator.TemplatesConfigMap, metav1.GetOptions{})
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 {
+		return fmt.Errorf("the benchmark's cluster should have one node: %v", err)
+	}
+	templatesName := operator.TemplatesName(nodes.Items[0].Name)
+	templates, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, templatesName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -104,7 +109,7 @@ func run(ctx context.Context, runs int, timeout time.Duration, only string) erro
 		return fmt.Errorf("the operand template has no container name to break")
 	}
 	setOperand := func(ctx context.Context, data string) error {
-		cm, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, operator.TemplatesConfigMap, metav1.GetOptions{})
+		cm, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, templatesName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

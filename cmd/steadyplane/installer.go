@@ -26,8 +26,9 @@ func newInstallerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "installer",
 		Short: "Install a revision of the API server's static pod on this node (run by the operator as a pod)",
-		Long: `Read revision --revision from the API (ConfigMap steadyplane-system/kube-apiserver-pod-<N>
-and the copies of the ConfigMaps and Secrets it names), and, holding the installer lock
+		Long: `Read revision --revision from the API (ConfigMap steadyplane-system/kube-apiserver-pod-<N>,
+its rendering for this node, kube-apiserver-pod-<N>-<node>, and the copies of the ConfigMaps
+and Secrets it names), and, holding the installer lock
 <data-dir>/locks/kube-apiserver-installer.lock, write:
 
   <data-dir>/static-pod-resources/kube-apiserver-pod-<N>/   manifest, configmaps/, secrets/ (0600)
@@ -46,8 +47,8 @@ It authenticates with its pod's service account token.`,
 			if err := rev.check(); err != nil {
 				return err
 			}
-			if server == "" {
-				return fmt.Errorf("--server is required")
+			if server == "" || nodeName == "" {
+				return fmt.Errorf("--server and --node-name are required")
 			}
 			cfg := &rest.Config{Host: server, BearerTokenFile: tokenFile, TLSClientConfig: rest.TLSClientConfig{CAFile: caFile}, Timeout: 10 * time.Second}
 			client, err := kubernetes.NewForConfig(cfg)
@@ -58,7 +59,7 @@ It authenticates with its pod's service account token.`,
 			fetchCtx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			log.Info("reading revision", "revision", rev.revision, "server", server)
-			r, err := installer.Fetch(fetchCtx, client, int32(rev.revision), withMonitor)
+			r, err := installer.Fetch(fetchCtx, client, int32(rev.revision), nodeName, withMonitor)
 			if err != nil {
 				return fmt.Errorf("reading revision %d: %w", rev.revision, err)
 			}
@@ -72,7 +73,7 @@ It authenticates with its pod's service account token.`,
 	}
 	fs := cmd.Flags()
 	rev.add(fs, "The revision to install.")
-	fs.StringVar(&nodeName, "node-name", "", "This node (for the log).")
+	fs.StringVar(&nodeName, "node-name", "", "This node: the revision's rendering for it is installed.")
 	fs.IntVar(&lastFailed, "last-failed-revision", 0, "The node's last failed revision, kept on the node as the evidence; 0 for none.")
 	fs.BoolVar(&withMonitor, "startup-monitor", true, "Install the revision's startup monitor too.")
 	fs.IntVar(&keep, "keep", 5, "Revisions kept on the node besides the protected ones; 0 keeps all.")

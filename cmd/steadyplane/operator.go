@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -35,12 +40,17 @@ func newOperatorCommand() *cobra.Command {
 		Short: "Roll out the API server's configuration (KubeAPIServer cluster) as revisions, with fallback and retries",
 		Long: `Reconcile the KubeAPIServer object "cluster" (operator.steadyplane.io/v1alpha1):
 
-- every change of its spec (extraArgs, configMaps, secrets in steadyplane-system) or of
-  the templates "steadyplane up" writes makes a new revision: ConfigMap
-  steadyplane-system/kube-apiserver-pod-<N> with the manifests, and immutable copies
-  <name>-<N> of the ConfigMaps and Secrets;
+- every change of its spec (extraArgs, configMaps, secrets in steadyplane-system) makes
+  a new revision: ConfigMap steadyplane-system/kube-apiserver-pod-<N> with the spec, and
+  immutable copies <name>-<N> of the ConfigMaps and Secrets;
+- a revision is rendered for each control-plane node from that node's templates
+  (ConfigMap kube-apiserver-templates-<node>) as kube-apiserver-pod-<N>-<node>; a
+  change of a node's templates makes a new revision too;
 - the newest revision is installed on one control-plane node at a time by an installer
-  pod, with a startup monitor (on a single control-plane node, or --topology=on);
+  pod, with a startup monitor deciding for that node (unless --topology=off); a revision
+  that falls back on a node stops the rollout there;
+- one operator runs on every server; the one holding the Lease
+  steadyplane-system/kube-apiserver-operator acts;
 - a fallback the startup monitor made (the annotations on the API server's mirror pod)
   is recorded in status.nodeStatuses and the Degraded condition, with an Event; the
   revision is retried as a new one after --retry-base, doubling up to --retry-max,
@@ -91,7 +101,39 @@ func newOperatorCommand() *cobra.Command {
 				Clock:    clock.RealClock{}, Retry: retry, Topology: t, Keep: keep,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Metrics: operator.NewMetrics(reg),
 			}
-			go func() { errs <- o.Run(ctx) }()
+			// One operator per server, one acting: a Lease elects it, and a
+			// server that dies hands over within the lease's duration.
+			host, _ := os.Hostname()
+			lock, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.Namespace, operator.LeaseName, client.CoreV1(), client.CoordinationV1(),
+				resourcelock.ResourceLockConfig{Identity: host + "_" + string(uuid.NewUUID())})
+			if err != nil {
+				return err
+			}
+			elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+				Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+				ReleaseOnCancel: true, Name: operator.LeaseName,
+				Callbacks: leaderelection.LeaderCallbacks{
+					OnStartedLeading: func(ctx context.Context) {
+						o.Log.Info("leading", "lease", v1alpha1.Namespace+"/"+operator.LeaseName, "identity", lock.Identity())
+						errs <- o.Run(ctx)
+					},
+					OnStoppedLeading: func() {
+						// The informers of a leader that lost its lease would
+						// act on what another operator decides now: restart.
+						errs <- fmt.Errorf("lost the lease %s/%s", v1alpha1.Namespace, operator.LeaseName)
+					},
+				},
+			})
+			if err != nil {
+				return err
+			}
+			o.Log.Info("waiting to lead", "lease", v1alpha1.Namespace+"/"+operator.LeaseName, "identity", lock.Identity())
+			go func() {
+				elector.Run(ctx)
+				if ctx.Err() != nil {
+					errs <- nil
+				}
+			}()
 			return <-errs
 		},
 	}
@@ -99,7 +141,7 @@ func newOperatorCommand() *cobra.Command {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig of the operator's identity (steadyplane:kubeapiserver-operator).")
 	fs.DurationVar(&retry.Base, "retry-base", retry.Base, "Wait before the first retry of a revision that failed with a retried reason; it doubles with every further fallback.")
 	fs.DurationVar(&retry.Max, "retry-max", retry.Max, "Longest wait between retries.")
-	fs.StringVar(&topology, "topology", string(operator.TopologyAuto), "Startup monitor and fallback: auto (on with one control-plane node), on or off.")
+	fs.StringVar(&topology, "topology", string(operator.TopologyAuto), "Startup monitor and fallback on each node: auto (on), on, or off (a failing revision keeps failing on its node).")
 	fs.IntVar(&keep, "keep", 5, "Revisions kept besides the ones in use (current, target, last failed, last-known-good); 0 keeps all.")
 	fs.StringVar(&metricsAddress, "metrics-bind-address", "", "Address for Prometheus metrics (steadyplane_kubeapiserver_*); empty for none.")
 	_ = cmd.MarkFlagRequired("kubeconfig")

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
+	"github.com/steadyplane/steadyplane/pkg/fallback/installer"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
@@ -85,6 +87,27 @@ func (cp *ControlPlane) fallbackTemplates() (map[string]string, error) {
 		out[key] = string(b)
 	}
 	return out, nil
+}
+
+// firstRevision is the API server's revision in a new data directory:
+// revision 1 on a new cluster, the revision the cluster runs on a joining
+// server, rendered from this node's templates.
+func (cp *ControlPlane) firstRevision(ctx context.Context) (installer.Revision, error) {
+	templates, err := cp.fallbackTemplates()
+	if err != nil {
+		return installer.Revision{}, err
+	}
+	if !cp.joined() {
+		return bootstrap.FirstRevision(templates, cp.opts.NodeName, cp.progressf)
+	}
+	// Its own server does not serve yet: the admin kubeconfig lists the
+	// others.
+	cfg, _, err := clientconfig.Load(cp.kubeconfig, clientconfig.Options{})
+	if err != nil {
+		return installer.Revision{}, err
+	}
+	cfg.Timeout = 15 * time.Second
+	return bootstrap.JoinRevision(ctx, cfg, templates, cp.opts.NodeName, cp.progressf)
 }
 
 // waitOperatorReady waits until the KubeAPIServer operator reports

@@ -20,7 +20,6 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
 	"github.com/steadyplane/steadyplane/pkg/etcd"
-	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -106,9 +105,8 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	return cp.takeClusterSettings()
 }
 
-// takeClusterSettings makes the cluster's ranges this server's, and the
-// parts that run once per cluster (the KubeAPIServer operator and its
-// revisions, the readiness-gate webhook) stay with the first server.
+// takeClusterSettings makes the cluster's ranges this server's. The
+// readiness-gate webhook stays with the first server.
 func (cp *ControlPlane) takeClusterSettings() error {
 	st := cp.state
 	cp.opts.ServiceCIDR, cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, cp.opts.ClusterDomain = st.ServiceCIDR, st.ClusterCIDR, st.NodeCIDRMaskSize, st.ClusterDomain
@@ -122,10 +120,6 @@ func (cp *ControlPlane) takeClusterSettings() error {
 			return fmt.Errorf("a joining server's node needs a name (--node-name): %w", err)
 		}
 		cp.opts.NodeName = strings.ToLower(host)
-	}
-	if cp.opts.Fallback != fallback.ModeOff {
-		cp.progressf("static-pod fallback: the API server of a joined server runs without revisions (the KubeAPIServer operator rolls them on the first server)")
-		cp.opts.Fallback = fallback.ModeOff
 	}
 	cp.opts.ReadinessController = false
 	return nil

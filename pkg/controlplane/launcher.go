@@ -166,7 +166,7 @@ func (l staticPodLauncher) Start(ctx context.Context, names ...string) error {
 		switch {
 		case name == nodeComponent:
 		case name == apiserverComponent && cp.fallbackOn():
-			if err := bootstrap.InstallOperand(ctx, cp.apiserverLayout(), cp.fallbackTemplates, cp.progressf); err != nil {
+			if err := bootstrap.InstallOperand(ctx, cp.apiserverLayout(), cp.firstRevision, cp.progressf); err != nil {
 				return fmt.Errorf("installing the API server's revision: %w", err)
 			}
 		default:

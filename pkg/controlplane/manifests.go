@@ -44,6 +44,9 @@ type Component struct {
 	HostPaths []HostPath
 	// Liveness is an HTTPS GET that tells it is alive; nil for none.
 	Liveness *HTTPSCheck
+	// Readiness is an HTTPS GET that tells it serves; nil makes it Ready
+	// once it runs.
+	Readiness *HTTPSCheck
 	// Privileged gives the container every capability and a writable
 	// /proc/sys (kube-proxy programs the node's packet filter).
 	Privileged bool
@@ -55,6 +58,14 @@ type HTTPSCheck struct {
 	Host string
 	Port int
 	Path string
+}
+
+func (h *HTTPSCheck) handler() corev1.ProbeHandler {
+	host := h.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: host, Port: intstr.FromInt(h.Port), Path: h.Path, Scheme: corev1.URISchemeHTTPS}}
 }
 
 // Pod is the component's static pod, as kubeadm writes one: in kube-system,
@@ -89,14 +100,15 @@ func (c Component) Pod() *corev1.Pod {
 		container.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	}
 	if c.Liveness != nil {
-		host := c.Liveness.Host
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		container.LivenessProbe = &corev1.Probe{
-			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: host, Port: intstr.FromInt(c.Liveness.Port), Path: c.Liveness.Path, Scheme: corev1.URISchemeHTTPS}},
+		container.LivenessProbe = &corev1.Probe{ProbeHandler: c.Liveness.handler(),
 			InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 15, FailureThreshold: 8,
 		}
+	}
+	if c.Readiness != nil {
+		// As kubeadm's: asked every second, so that Ready (what the
+		// KubeAPIServer operator waits for before it rolls the next node)
+		// follows the server within a second or so.
+		container.ReadinessProbe = &corev1.Probe{ProbeHandler: c.Readiness.handler(), PeriodSeconds: 1, TimeoutSeconds: 15, FailureThreshold: 3}
 	}
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -159,7 +171,10 @@ func (cp *ControlPlane) Components(binary string) []Component {
 		{Name: "etcd", Binary: binary, Args: cp.Etcd.Args, HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "etcd")}}},
 		{Name: "kube-apiserver", Binary: binary, Args: cp.APIServer.Args,
 			HostPaths: []HostPath{pki, {Path: filepath.Join(cp.dataDir, "apiserver-certs")}, {Path: cp.admissionConfigDir(), ReadOnly: true}},
-			Liveness:  &HTTPSCheck{Host: cp.probeHost(), Port: cp.opts.APIServerPort, Path: "/livez"}},
+			Liveness:  &HTTPSCheck{Host: cp.probeHost(), Port: cp.opts.APIServerPort, Path: "/livez"},
+			// Without it, a revision that crashes is Ready for the moment
+			// it runs, and the operator would take that for a rollout done.
+			Readiness: &HTTPSCheck{Host: cp.probeHost(), Port: cp.opts.APIServerPort, Path: "/readyz"}},
 	}
 	if cp.ControllerManager != nil {
 		list = append(list,

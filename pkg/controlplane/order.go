@@ -84,7 +84,7 @@ func (cp *ControlPlane) beforeStart(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if err := bootstrap.Publish(ctx, cfg, cp.apiserverLayout(), templates); err != nil {
+		if err := bootstrap.Publish(ctx, cfg, cp.apiserverLayout(), templates, cp.opts.NodeName, !cp.joined()); err != nil {
 			return err
 		}
 		cp.progressf("starting the KubeAPIServer operator (static pod %s; kubectl get kubeapiserver cluster)", operatorPod)

@@ -61,7 +61,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 22*time.Minute)
 	defer cancel()
 	nw, err := testenv.NewNetwork(4)
 	if err != nil {
@@ -392,6 +392,8 @@ spec:
 	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "s2 learner=false", "steadyplane learner=false"}) {
 		t.Errorf("etcd members after s2 joined again: %v, %v", members, err)
 	}
+
+	rollRevisionsAcrossServers(t, ctx, servers[0].kubeconfig(), []string{servers[0].name, servers[1].name, servers[2].name})
 
 	// The first server black-holed (its link down: nothing answers, not
 	// even a reset), under a client-go reader on its admin kubeconfig:

@@ -69,10 +69,12 @@ func TestStaticPodFallback(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, auditCM, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The operator renders every revision from the templates "up" wrote; a
+	// The operator renders every revision from the templates "up" wrote on
+	// the node; a
 	// broken template (a container name the pod validation refuses) makes a
 	// manifest the node agent cannot run, the seed's unparsable manifest.
-	templates, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, operator.TemplatesConfigMap, metav1.GetOptions{})
+	templatesName := operator.TemplatesName(obj.Status.NodeStatuses[0].NodeName)
+	templates, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, templatesName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestStaticPodFallback(t *testing.T) {
 	const containerName = "\n    name: kube-apiserver\n" // the container's, not the pod's (indented two)
 	setOperandTemplate := func(data string) {
 		t.Helper()
-		cm, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, operator.TemplatesConfigMap, metav1.GetOptions{})
+		cm, err := cs.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, templatesName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

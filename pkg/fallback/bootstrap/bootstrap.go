@@ -9,6 +9,8 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,10 +33,10 @@ import (
 
 // InstallOperand puts the API server's manifest in place before the node
 // agent starts: the last-known-good revision (or, without one, the newest),
-// or in a new data directory revision 1, made from the templates as the
-// operator would make it, which it then finds in the API. templates is
-// called only for revision 1; progressf (may be nil) gets what was chosen.
-func InstallOperand(ctx context.Context, l revisions.Layout, templates func() (map[string]string, error), progressf func(string, ...any)) error {
+// or in a new data directory the revision first returns (FirstRevision on a
+// new cluster, JoinRevision on a joining server). progressf (may be nil)
+// gets what was chosen.
+func InstallOperand(ctx context.Context, l revisions.Layout, first func(context.Context) (installer.Revision, error), progressf func(string, ...any)) error {
 	if progressf == nil {
 		progressf = func(string, ...any) {}
 	}
@@ -56,34 +58,115 @@ func InstallOperand(ctx context.Context, l revisions.Layout, templates func() (m
 		progressf("kube-apiserver: revision %d (last-known-good), rolled out by the KubeAPIServer operator", n)
 		return installer.Restore(ctx, l, n)
 	}
-	data, err := templates()
+	r, err := first(ctx)
 	if err != nil {
 		return err
 	}
-	cm, err := Revision1(data)
-	if err != nil {
-		return err
-	}
-	progressf("kube-apiserver: revision 1 (bootstrap), rolled out by the KubeAPIServer operator from now on")
-	_, err = installer.Install(ctx, l, installer.Revision{Number: 1, Operand: []byte(cm.Data[operator.RevisionOperandKey])}, installer.Options{})
+	_, err = installer.Install(ctx, l, r, installer.Options{})
 	return err
 }
 
-// Revision1 is revision 1 as the operator makes it from the templates and
-// an empty spec.
-func Revision1(templates map[string]string) (*corev1.ConfigMap, error) {
-	t, err := operator.ParseTemplates(templates)
+// Revision1 is revision 1 as the operator makes it from an empty spec, and
+// its rendering for node from the node's templates.
+func Revision1(templates map[string]string, node string) (rev, rendering *corev1.ConfigMap, err error) {
+	rev = operator.RevisionConfigMap(operator.Inputs{ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}, 1, "bootstrap by steadyplane up")
+	rendering, err = operator.Render(rev, templates, node)
+	return rev, rendering, err
+}
+
+// FirstRevision is the first server's revision 1 (Revision1) as the
+// installer writes it: without a startup monitor, there is nothing to fall
+// back to.
+func FirstRevision(templates map[string]string, node string, progressf func(string, ...any)) (installer.Revision, error) {
+	_, rendering, err := Revision1(templates, node)
 	if err != nil {
-		return nil, err
+		return installer.Revision{}, err
 	}
-	return operator.RevisionConfigMap(t, operator.Inputs{Templates: templates, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}, 1, "bootstrap by steadyplane up")
+	progressf("kube-apiserver: revision 1 (bootstrap), rolled out by the KubeAPIServer operator from now on")
+	return installer.Revision{Number: 1, Operand: []byte(rendering.Data[operator.RevisionOperandKey])}, nil
+}
+
+// JoinRevision is, for a server joining the cluster, the newest revision
+// the cluster's servers run (a latest revision that failed is not one)
+// rendered from the server's own templates, read through cfg (the other
+// servers: its own does not run yet). On the way it publishes the
+// templates and the rendering, so that the operator rolls the next
+// revisions onto this node too. Without a startup monitor: the node has no
+// revision to fall back to yet.
+func JoinRevision(ctx context.Context, cfg *rest.Config, templates map[string]string, node string, progressf func(string, ...any)) (installer.Revision, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return installer.Revision{}, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return installer.Revision{}, err
+	}
+	if err := PublishTemplates(ctx, client, templates, node); err != nil {
+		return installer.Revision{}, err
+	}
+	cms := client.CoreV1().ConfigMaps(v1alpha1.Namespace)
+	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: operator.RevisionSelector().String()})
+	if err != nil {
+		return installer.Revision{}, fmt.Errorf("listing the API server's revisions: %w", err)
+	}
+	rev := operator.Latest(list.Items)
+	if rev == nil {
+		return installer.Revision{}, fmt.Errorf("the cluster has no revision of the API server (ConfigMaps %s/%s-pod-<N>): is its first server's static-pod fallback off? Join with --static-pod-fallback=off", v1alpha1.Namespace, operator.Operand)
+	}
+	if obj, err := (v1alpha1.Client{Dynamic: dyn}).Get(ctx, v1alpha1.Name); err == nil {
+		if n := operator.NewestRunning(obj.Status); n > 0 {
+			if r := operator.Find(list.Items, n); r != nil {
+				rev = r
+			}
+		}
+	}
+	n, _ := strconv.Atoi(rev.Labels[operator.RevisionLabel])
+	rendering, err := operator.Render(rev, templates, node)
+	if err != nil {
+		return installer.Revision{}, err
+	}
+	if _, err := cms.Create(ctx, rendering, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return installer.Revision{}, fmt.Errorf("creating the rendering of revision %d for %s: %w", n, node, err)
+	}
+	fetchCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	r, err := installer.Fetch(fetchCtx, client, int32(n), node, false)
+	if err != nil {
+		return r, fmt.Errorf("reading revision %d: %w", n, err)
+	}
+	progressf("kube-apiserver: revision %d, the newest the cluster's servers run, rendered for this node; rolled out by the KubeAPIServer operator from now on", n)
+	return r, nil
+}
+
+// PublishTemplates creates or updates node's templates ConfigMap.
+func PublishTemplates(ctx context.Context, client kubernetes.Interface, templates map[string]string, node string) error {
+	cms := client.CoreV1().ConfigMaps(v1alpha1.Namespace)
+	if existing, err := cms.Get(ctx, operator.TemplatesName(node), metav1.GetOptions{}); err == nil {
+		if maps.Equal(existing.Data, templates) {
+			return nil
+		}
+		existing.Data = templates
+		if _, err := cms.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating the templates of %s: %w", node, err)
+		}
+		return nil
+	}
+	tmpl := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: operator.TemplatesName(node), Namespace: v1alpha1.Namespace,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "steadyplane", "component": operator.Operand, operator.NodeLabel: node}}, Data: templates}
+	if _, err := cms.Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the templates of %s: %w", node, err)
+	}
+	return nil
 }
 
 // Publish, once the API server answers: marks a bootstrap revision
-// last-known-good, creates the KubeAPIServer CRD, its namespace and RBAC,
-// the templates, revision 1 and the object "cluster" where missing. The
-// caller then starts the operator and waits for OperatorAvailable.
-func Publish(ctx context.Context, cfg *rest.Config, l revisions.Layout, templates map[string]string) error {
+// last-known-good, creates the KubeAPIServer CRD, its namespace and RBAC
+// where missing, and publishes node's templates. On a new cluster (first)
+// it creates revision 1 with its rendering for node, unless a revision
+// exists, and the object "cluster". The caller then starts the operator and
+// waits for OperatorAvailable.
+func Publish(ctx context.Context, cfg *rest.Config, l revisions.Layout, templates map[string]string, node string, first bool) error {
 	if n, err := l.LastKnownGood(); err != nil {
 		return err
 	} else if n == 0 {
@@ -109,24 +192,30 @@ func Publish(ctx context.Context, cfg *rest.Config, l revisions.Layout, template
 	if err := operator.EnsureRBAC(ctx, client); err != nil {
 		return err
 	}
-	cms := client.CoreV1().ConfigMaps(v1alpha1.Namespace)
-	tmpl := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: operator.TemplatesConfigMap, Namespace: v1alpha1.Namespace,
-		Labels: map[string]string{"app.kubernetes.io/managed-by": "steadyplane"}}, Data: templates}
-	if existing, err := cms.Get(ctx, tmpl.Name, metav1.GetOptions{}); err == nil {
-		existing.Data = templates
-		_, err = cms.Update(ctx, existing, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("updating the templates: %w", err)
-		}
-	} else if _, err := cms.Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating the templates: %w", err)
+	if err := PublishTemplates(ctx, client, templates, node); err != nil {
+		return err
 	}
-	rev1, err := Revision1(templates)
+	if !first {
+		return nil
+	}
+	cms := client.CoreV1().ConfigMaps(v1alpha1.Namespace)
+	existing, err := cms.List(ctx, metav1.ListOptions{LabelSelector: operator.RevisionSelector().String()})
 	if err != nil {
 		return err
 	}
-	if _, err := cms.Create(ctx, rev1, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating revision 1: %w", err)
+	if operator.Latest(existing.Items) == nil {
+		rev1, rendering, err := Revision1(templates, node)
+		if err != nil {
+			return err
+		}
+		// The rendering first: a revision without its rendering would be
+		// rendered by the operator from the templates, the same, but the
+		// node runs exactly this one.
+		for _, cm := range []*corev1.ConfigMap{rendering, rev1} {
+			if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating revision 1: %w", err)
+			}
+		}
 	}
 	api := v1alpha1.Client{Dynamic: dyn}
 	if err := api.Create(ctx, &v1alpha1.KubeAPIServer{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.Name}}); err != nil {

@@ -15,15 +15,16 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 )
 
-// Fetch reads revision n from the API: its ConfigMap and the copies of the
-// user's ConfigMaps and Secrets it names. It retries a failing API (the
+// Fetch reads revision n for node from the API: its ConfigMap, its rendering
+// for node (the manifests) and the copies of the user's ConfigMaps and
+// Secrets it names. It retries a failing API (the
 // installer may start while the server restarts) until ctx ends, and fails
 // at once on what retrying cannot fix.
-func Fetch(ctx context.Context, client kubernetes.Interface, n int32, withMonitor bool) (Revision, error) {
+func Fetch(ctx context.Context, client kubernetes.Interface, n int32, node string, withMonitor bool) (Revision, error) {
 	r := Revision{Number: int(n), ConfigMaps: map[string]map[string][]byte{}, Secrets: map[string]map[string][]byte{}}
 	var last error
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		last = fetch(ctx, client, n, withMonitor, &r)
+		last = fetch(ctx, client, n, node, withMonitor, &r)
 		if apierrors.IsForbidden(last) || apierrors.IsInvalid(last) || isPermanent(last) {
 			return false, last
 		}
@@ -42,19 +43,23 @@ func isPermanent(err error) bool {
 	return ok
 }
 
-func fetch(ctx context.Context, client kubernetes.Interface, n int32, withMonitor bool, r *Revision) error {
+func fetch(ctx context.Context, client kubernetes.Interface, n int32, node string, withMonitor bool, r *Revision) error {
 	cms := client.CoreV1().ConfigMaps(v1alpha1.Namespace)
 	cm, err := cms.Get(ctx, operator.RevisionName(operator.Operand, n), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	r.Operand = []byte(cm.Data[operator.RevisionOperandKey])
+	rendering, err := cms.Get(ctx, operator.RenderingName(operator.Operand, n, node), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	r.Operand = []byte(rendering.Data[operator.RevisionOperandKey])
 	if len(r.Operand) == 0 {
-		return permanentError{fmt.Errorf("ConfigMap %s/%s has no %s", cm.Namespace, cm.Name, operator.RevisionOperandKey)}
+		return permanentError{fmt.Errorf("ConfigMap %s/%s has no %s", rendering.Namespace, rendering.Name, operator.RevisionOperandKey)}
 	}
 	r.Monitor = nil
 	if withMonitor {
-		r.Monitor = []byte(cm.Data[operator.RevisionMonitorKey])
+		r.Monitor = []byte(rendering.Data[operator.RevisionMonitorKey])
 	}
 	var cmNames, secretNames []string
 	for annotation, dst := range map[string]*[]string{operator.ConfigMapsAnnotation: &cmNames, operator.SecretsAnnotation: &secretNames} {

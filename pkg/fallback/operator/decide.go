@@ -118,6 +118,23 @@ func Failed(nodes []v1alpha1.NodeStatus, latest int32) (v1alpha1.NodeStatus, boo
 	return v1alpha1.NodeStatus{}, false
 }
 
+// StaleTemplates are the nodes (sorted) whose templates hash now differs
+// from the hash in rendered, the templates the latest revision was rendered
+// from on each node. A node with no rendering of the latest revision yet is
+// not stale: it is rendered from its templates as they are when it is
+// installed. A node whose templates are gone is not either: nothing can be
+// rendered for it.
+func StaleTemplates(now, rendered map[string]string) []string {
+	var stale []string
+	for node, h := range rendered {
+		if cur, ok := now[node]; ok && cur != h {
+			stale = append(stale, node)
+		}
+	}
+	slices.Sort(stale)
+	return stale
+}
+
 // RetryPolicy is the backoff between retries of a failed revision.
 type RetryPolicy struct {
 	Base, Max time.Duration
@@ -172,6 +189,10 @@ func Conditions(st v1alpha1.KubeAPIServerStatus, p RetryPolicy, generation int64
 	}
 }
 
+// NewestRunning is the newest revision a node runs (0 for none): what a
+// joining server starts with.
+func NewestRunning(st v1alpha1.KubeAPIServerStatus) int32 { return latestGood(st) }
+
 // latestGood is the newest revision a node runs: a failure older than it
 // is history, not degradation.
 func latestGood(st v1alpha1.KubeAPIServerStatus) int32 {
@@ -193,6 +214,11 @@ func SortNodes(nodes []v1alpha1.NodeStatus, names []string) []v1alpha1.NodeStatu
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.NodeStatus) int { return strings.Compare(a.NodeName, b.NodeName) })
 	return out
+}
+
+// WithoutNodes is nodes without the statuses of the nodes named in removed.
+func WithoutNodes(nodes []v1alpha1.NodeStatus, removed []string) []v1alpha1.NodeStatus {
+	return slices.DeleteFunc(slices.Clone(nodes), func(ns v1alpha1.NodeStatus) bool { return slices.Contains(removed, ns.NodeName) })
 }
 
 // Prunable are the revisions (of all, in the API) that may be deleted with
@@ -217,9 +243,13 @@ const (
 	CauseNone CauseKind = iota
 	// CauseFirst: no revision in the API yet.
 	CauseFirst
-	// CauseInputsChanged: the hash of the spec, the templates or the named
-	// ConfigMaps and Secrets differs from the latest revision's.
+	// CauseInputsChanged: the hash of the spec or the ConfigMaps and
+	// Secrets it names differs from the latest revision's.
 	CauseInputsChanged
+	// CauseTemplatesChanged: a node's templates differ from those the
+	// latest revision was rendered from on it ("up" restarted with another
+	// binary or other settings); the new revision has the same inputs.
+	CauseTemplatesChanged
 	// CauseRetry: the latest revision fell back for a retried reason and
 	// its backoff is over; the new revision has the same inputs.
 	CauseRetry
@@ -235,6 +265,9 @@ type Cause struct {
 	Revision  int32
 	Reason    string
 	Fallbacks int32
+	// Nodes are, for CauseTemplatesChanged, the nodes whose templates
+	// changed.
+	Nodes []string
 }
 
 // String is the cause's text ("" for CauseNone).
@@ -243,7 +276,9 @@ func (c Cause) String() string {
 	case CauseFirst:
 		return "first revision"
 	case CauseInputsChanged:
-		return "the spec or the templates changed"
+		return "the spec or its ConfigMaps and Secrets changed"
+	case CauseTemplatesChanged:
+		return "the templates of " + strings.Join(c.Nodes, ", ") + " changed"
 	case CauseRetry:
 		return fmt.Sprintf("retry of revision %d, which failed with %s (fallback %d)", c.Revision, c.Reason, c.Fallbacks)
 	}
@@ -276,6 +311,9 @@ type RevisionState struct {
 	InputErr  error
 	// Nodes are the node statuses, with the fallbacks seen in this sync.
 	Nodes []v1alpha1.NodeStatus
+	// StaleTemplates are the nodes whose templates changed since the
+	// latest revision was rendered for them (StaleTemplates).
+	StaleTemplates []string
 }
 
 // RevisionDecision is what NextRevision decides.
@@ -293,9 +331,11 @@ type RevisionDecision struct {
 func (d RevisionDecision) New() bool { return d.Cause.Kind != CauseNone }
 
 // NextRevision decides whether a new revision is made, and why: when the
-// inputs changed, or when the latest revision failed for a retried reason
-// and its backoff is over at now. A change of the inputs wins over a retry:
-// it is a revision with the new inputs, which the user asked for.
+// inputs changed, when a node's templates changed, or when the latest
+// revision failed for a retried reason and its backoff is over at now. A
+// change of the inputs wins over the others: it is a revision with the new
+// inputs, which the user asked for. Changed templates win over a retry: the
+// change may be the repair.
 func NextRevision(s RevisionState, p RetryPolicy, now time.Time) RevisionDecision {
 	if s.InputErr != nil {
 		return RevisionDecision{}
@@ -306,6 +346,9 @@ func NextRevision(s RevisionState, p RetryPolicy, now time.Time) RevisionDecisio
 			return newRevision(Cause{Kind: CauseFirst})
 		}
 		return newRevision(Cause{Kind: CauseInputsChanged})
+	}
+	if len(s.StaleTemplates) > 0 {
+		return newRevision(Cause{Kind: CauseTemplatesChanged, Nodes: s.StaleTemplates})
 	}
 	ns, failed := Failed(s.Nodes, s.Latest)
 	if !failed {

@@ -3,6 +3,8 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,23 +189,43 @@ func TestConditions(t *testing.T) {
 }
 
 func TestInputsHash(t *testing.T) {
-	base := Inputs{Templates: map[string]string{"a": "1"}, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
-	same := Inputs{Templates: map[string]string{"a": "1"}, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
+	base := Inputs{ConfigMaps: map[string]map[string]string{"c": {"a": "1"}}, Secrets: map[string]map[string][]byte{}}
+	same := Inputs{ConfigMaps: map[string]map[string]string{"c": {"a": "1"}}, Secrets: map[string]map[string][]byte{}}
 	if base.Hash() != same.Hash() {
 		t.Error("equal inputs hash differently")
 	}
 	// Revisions made before binaryData was copied must keep their hash.
-	if noBinary := (Inputs{Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{}}); noBinary.Hash() != base.Hash() {
+	if noBinary := (Inputs{ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{}}); noBinary.Hash() != base.Hash() {
 		t.Error("an empty ConfigMapsBinary changes the hash")
 	}
 	for name, in := range map[string]Inputs{
-		"extra arg": {Templates: base.Templates, Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
-		"template":  {Templates: map[string]string{"a": "2"}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
-		"secret":    {Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: map[string]map[string][]byte{"s": {"k": []byte("v")}}},
-		"binary":    {Templates: base.Templates, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{"c": {"k": {0xff}}}},
+		"extra arg": {Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}, ConfigMaps: base.ConfigMaps, Secrets: base.Secrets},
+		"configmap": {ConfigMaps: map[string]map[string]string{"c": {"a": "2"}}, Secrets: base.Secrets},
+		"secret":    {ConfigMaps: base.ConfigMaps, Secrets: map[string]map[string][]byte{"s": {"k": []byte("v")}}},
+		"binary":    {ConfigMaps: base.ConfigMaps, Secrets: base.Secrets, ConfigMapsBinary: map[string]map[string][]byte{"c": {"k": {0xff}}}},
 	} {
 		if in.Hash() == base.Hash() {
 			t.Errorf("a changed %s hashes the same", name)
+		}
+	}
+}
+
+func TestStaleTemplates(t *testing.T) {
+	cases := []struct {
+		name          string
+		now, rendered map[string]string
+		want          []string
+	}{
+		{"nothing rendered yet", map[string]string{"a": "1"}, nil, nil},
+		{"as rendered", map[string]string{"a": "1", "b": "2"}, map[string]string{"a": "1", "b": "2"}, nil},
+		{"one changed", map[string]string{"a": "1", "b": "3"}, map[string]string{"a": "1", "b": "2"}, []string{"b"}},
+		{"two changed, sorted", map[string]string{"c": "9", "a": "8"}, map[string]string{"c": "1", "a": "2"}, []string{"a", "c"}},
+		{"a node not rendered for the latest is installed from its templates as they are", map[string]string{"a": "1", "new": "5"}, map[string]string{"a": "1"}, nil},
+		{"a node whose templates are gone is not stale", map[string]string{}, map[string]string{"gone": "1"}, nil},
+	}
+	for _, c := range cases {
+		if got := StaleTemplates(c.now, c.rendered); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }
@@ -227,6 +249,14 @@ func TestNextRevision(t *testing.T) {
 			RevisionDecision{Cause: Cause{Kind: CauseInputsChanged}, Revision: 4}},
 		{"a change wins over a due retry", RevisionState{Latest: 3, LatestHash: "old", InputHash: "new", Nodes: failed(3, "NotReady", &t0)}, t0.Add(time.Hour),
 			RevisionDecision{Cause: Cause{Kind: CauseInputsChanged}, Revision: 4}},
+		{"a node's templates changed", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(0, "", nil), StaleTemplates: []string{"a", "b"}}, t0.Time,
+			RevisionDecision{Cause: Cause{Kind: CauseTemplatesChanged, Nodes: []string{"a", "b"}}, Revision: 4}},
+		{"a change of the spec wins over templates", RevisionState{Latest: 3, LatestHash: "old", InputHash: "new", StaleTemplates: []string{"a"}}, t0.Time,
+			RevisionDecision{Cause: Cause{Kind: CauseInputsChanged}, Revision: 4}},
+		{"changed templates win over a retry not yet due: they may be the repair", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0), StaleTemplates: []string{"n"}},
+			t0.Add(time.Minute), RevisionDecision{Cause: Cause{Kind: CauseTemplatesChanged, Nodes: []string{"n"}}, Revision: 4}},
+		{"changed templates wait for whole inputs", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", InputErr: missing, StaleTemplates: []string{"n"}}, t0.Time,
+			RevisionDecision{}},
 		{"a retry due now", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0)}, t0.Add(10 * time.Minute),
 			RevisionDecision{Cause: retry, Revision: 4}},
 		{"a retry overdue", RevisionState{Latest: 3, LatestHash: "h", InputHash: "h", Nodes: failed(3, "NotReady", &t0)}, t0.Add(time.Hour),
@@ -248,7 +278,7 @@ func TestNextRevision(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := NextRevision(c.s, p, c.now)
-		if got != c.want {
+		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
 		}
 		if got.New() != (c.want.Cause.Kind != CauseNone) {
@@ -266,7 +296,8 @@ func TestCause(t *testing.T) {
 	}{
 		{Cause{}, "", ""},
 		{Cause{Kind: CauseFirst}, "first revision", "RevisionCreated"},
-		{Cause{Kind: CauseInputsChanged}, "the spec or the templates changed", "RevisionCreated"},
+		{Cause{Kind: CauseInputsChanged}, "the spec or its ConfigMaps and Secrets changed", "RevisionCreated"},
+		{Cause{Kind: CauseTemplatesChanged, Nodes: []string{"a", "b"}}, "the templates of a, b changed", "RevisionCreated"},
 		{Cause{Kind: CauseRetry, Revision: 3, Reason: "EtcdUnhealthy", Fallbacks: 2}, "retry of revision 3, which failed with EtcdUnhealthy (fallback 2)", "RevisionRetry"},
 	}
 	for _, c := range cases {

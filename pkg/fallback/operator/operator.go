@@ -34,8 +34,11 @@ const Operand = "kube-apiserver"
 // Topology says whether revisions get a startup monitor.
 type Topology string
 
-// The topologies: Auto monitors on a single control-plane node (where no
-// other API server keeps the cluster up while a revision fails).
+// The topologies. Auto monitors on every control-plane node: the seed
+// monitors only a single node (where no other API server keeps the cluster
+// up while a revision fails), but a node of three that falls back keeps the
+// cluster at three servers, and its fallback is what stops the rollout.
+// Off leaves a failing revision failing on its node, as upstream HA does.
 const (
 	TopologyAuto Topology = "auto"
 	TopologyOn   Topology = "on"
@@ -43,15 +46,7 @@ const (
 )
 
 // WithMonitor says whether a revision installed now gets a startup monitor.
-func (t Topology) WithMonitor(controlPlaneNodes int) bool {
-	switch t {
-	case TopologyOn:
-		return true
-	case TopologyOff:
-		return false
-	}
-	return controlPlaneNodes <= 1
-}
+func (t Topology) WithMonitor() bool { return t != TopologyOff }
 
 // Operator reconciles the KubeAPIServer "cluster".
 type Operator struct {

@@ -25,6 +25,10 @@ const (
 	installerRole           = "steadyplane:installer"
 )
 
+// LeaseName is the Lease in steadyplane-system by which one of the operators
+// (one on every server) is elected to act.
+const LeaseName = "kube-apiserver-operator"
+
 // RBAC is the namespace and every role, binding and service account of the
 // operator, the installer and the startup monitor.
 func RBAC() []any {
@@ -43,11 +47,15 @@ func RBAC() []any {
 			rule(v1alpha1.Group, []string{v1alpha1.Resource + "/status"}, "update"),
 			// Events of a cluster-scoped object are in "default".
 			rule("", []string{"events"}, "create", "patch"),
+			// A server whose Node is gone is no longer rolled.
+			rule("", []string{"nodes"}, "get"),
 		}},
 		rbacutil.UserBinding(OperatorUser, "", OperatorUser),
 		&rbacv1.Role{ObjectMeta: meta(OperatorUser, ns), Rules: []rbacv1.PolicyRule{
 			rule("", []string{"configmaps", "secrets"}, append(watch, "create", "delete", "deletecollection")...),
 			rule("", []string{"pods"}, append(watch, "create", "delete")...),
+			// One operator of those on the servers leads (LeaseName).
+			rule("coordination.k8s.io", []string{"leases"}, "get", "create", "update"),
 		}},
 		rbacutil.UserBinding(OperatorUser, ns, OperatorUser),
 		&rbacv1.Role{ObjectMeta: meta(OperatorUser, metav1.NamespaceSystem), Rules: []rbacv1.PolicyRule{rule("", []string{"pods"}, watch...)}},

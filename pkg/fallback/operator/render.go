@@ -15,27 +15,43 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 )
 
-// The ConfigMap of templates "steadyplane up" writes, and its keys: the pods
-// every revision is made from. They hold what only the node knows (paths,
-// ports, the binary), so that the operator does not.
+// The ConfigMaps of templates "steadyplane up" writes, one per control-plane
+// node (TemplatesName), and their keys: the pods every revision is made from
+// on that node. They hold what only the node knows (paths, addresses, ports,
+// the binary), so that the operator does not.
 const (
-	TemplatesConfigMap = "kube-apiserver-templates"
-	OperandKey         = "operand.yaml"
-	MonitorKey         = "startup-monitor.yaml"
-	InstallerKey       = "installer.yaml"
+	TemplatesPrefix = "kube-apiserver-templates-"
+	OperandKey      = "operand.yaml"
+	MonitorKey      = "startup-monitor.yaml"
+	InstallerKey    = "installer.yaml"
 )
 
-// A revision in the API: ConfigMap kube-apiserver-pod-<N> holding the two
-// manifests, with the user's ConfigMaps and Secrets copied as <name>-<N>.
+// TemplatesName is the name of node's templates ConfigMap.
+func TemplatesName(node string) string { return TemplatesPrefix + node }
+
+// A revision in the API is what the user asked for, the same on every node:
+// ConfigMap kube-apiserver-pod-<N> holding the spec, with the user's
+// ConfigMaps and Secrets copied as <name>-<N>. Its rendering for a node
+// (RenderingName), made from that node's templates when the revision is
+// installed there, holds the two manifests.
 const (
-	// RevisionOperandKey and RevisionMonitorKey are its manifests.
+	// RevisionSpecKey is the revision's spec, as JSON.
+	RevisionSpecKey = "spec.json"
+	// RevisionOperandKey and RevisionMonitorKey are a rendering's manifests.
 	RevisionOperandKey = "kube-apiserver-pod.yaml"
 	RevisionMonitorKey = "startup-monitor-pod.yaml"
 	// RevisionLabel marks a revision's objects with its number.
 	RevisionLabel = "operator.steadyplane.io/revision"
+	// NodeLabel marks templates, renderings and installer pods with their
+	// node.
+	NodeLabel = "operator.steadyplane.io/node"
 	// InputHashAnnotation is the hash of what the revision was made from
 	// (Inputs.Hash): a change makes a new revision.
 	InputHashAnnotation = "operator.steadyplane.io/input-hash"
+	// TemplatesHashAnnotation, on a rendering, is the hash of the node's
+	// templates it was made from (TemplatesHash): when the node's templates
+	// change, a new revision carries the change to the nodes.
+	TemplatesHashAnnotation = "operator.steadyplane.io/templates-hash"
 	// ConfigMapsAnnotation and SecretsAnnotation list the user's objects
 	// copied, as a JSON array of names.
 	ConfigMapsAnnotation = "operator.steadyplane.io/configmaps"
@@ -55,13 +71,16 @@ const (
 // RevisionName is the name of revision n's ConfigMap of operand.
 func RevisionName(operand string, n int32) string { return fmt.Sprintf("%s-pod-%d", operand, n) }
 
+// RenderingName is the name of revision n's rendering for node.
+func RenderingName(operand string, n int32, node string) string {
+	return fmt.Sprintf("%s-pod-%d-%s", operand, n, node)
+}
+
 // CopyName is the name of revision n's copy of the user's object name.
 func CopyName(name string, n int32) string { return name + "-" + strconv.Itoa(int(n)) }
 
 // Inputs is everything a revision is made from.
 type Inputs struct {
-	// Templates is the templates ConfigMap's data.
-	Templates map[string]string
 	// Spec is the KubeAPIServer's spec.
 	Spec v1alpha1.KubeAPIServerSpec
 	// ConfigMaps and Secrets are the user's objects' data, by name.
@@ -74,10 +93,16 @@ type Inputs struct {
 }
 
 // Hash identifies the inputs: equal inputs make equal revisions, so a new
-// revision is made exactly when the hash changes (or for a retry).
-func (in Inputs) Hash() string {
+// revision is made when the hash changes (or for a retry, or when a node's
+// templates changed).
+func (in Inputs) Hash() string { return hashJSON(in) }
+
+// TemplatesHash identifies a node's templates (its ConfigMap's data).
+func TemplatesHash(data map[string]string) string { return hashJSON(data) }
+
+func hashJSON(v any) string {
 	// encoding/json sorts map keys: the same inputs always hash the same.
-	b, err := json.Marshal(in)
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err) // maps of strings and bytes always marshal
 	}
@@ -90,7 +115,7 @@ type Templates struct {
 	Operand, Monitor, Installer *corev1.Pod
 }
 
-// ParseTemplates parses the templates ConfigMap's data.
+// ParseTemplates parses a templates ConfigMap's data.
 func ParseTemplates(data map[string]string) (Templates, error) {
 	var t Templates
 	for key, dst := range map[string]**corev1.Pod{OperandKey: &t.Operand, MonitorKey: &t.Monitor, InstallerKey: &t.Installer} {
@@ -146,16 +171,13 @@ func RenderInstaller(t Templates, node string, n, lastFailed int32, withMonitor 
 		pod.Labels = map[string]string{}
 	}
 	pod.Labels[RevisionLabel] = strconv.Itoa(int(n))
-	pod.Labels[InstallerNodeLabel] = node
+	pod.Labels[NodeLabel] = node
 	pod.Spec.NodeName = node
 	c := &pod.Spec.Containers[0]
 	c.Command = append(c.Command, "--revision="+strconv.Itoa(int(n)), "--node-name="+node,
 		"--last-failed-revision="+strconv.Itoa(int(lastFailed)), "--startup-monitor="+strconv.FormatBool(withMonitor))
 	return pod
 }
-
-// InstallerNodeLabel marks an installer pod with its node.
-const InstallerNodeLabel = "operator.steadyplane.io/node"
 
 // InstallerName names the installer pod of revision n on node.
 func InstallerName(node string, n int32) string { return fmt.Sprintf("installer-%d-%s", n, node) }

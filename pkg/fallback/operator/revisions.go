@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -17,8 +18,9 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
 
-// revisionSelector selects the operand's revision ConfigMaps.
-func revisionSelector() labels.Selector {
+// RevisionSelector selects the operand's revision ConfigMaps (and their
+// renderings and copies, which carry the same labels).
+func RevisionSelector() labels.Selector {
 	r, _ := labels.NewRequirement(RevisionLabel, selection.Exists, nil)
 	c, _ := labels.NewRequirement("component", selection.Equals, []string{Operand})
 	return labels.NewSelector().Add(*r, *c)
@@ -37,9 +39,32 @@ func revisionOf(cm *corev1.ConfigMap) (int32, bool) {
 	return n, n > 0 && cm.Name == RevisionName(Operand, n)
 }
 
+// Latest is the newest revision among cms (nil for none): renderings and
+// copies are not revisions.
+func Latest(cms []corev1.ConfigMap) *corev1.ConfigMap {
+	var latest *corev1.ConfigMap
+	var n int32
+	for i := range cms {
+		if r, ok := revisionOf(&cms[i]); ok && r > n {
+			n, latest = r, &cms[i]
+		}
+	}
+	return latest
+}
+
+// Find is revision n among cms (nil when it is not there).
+func Find(cms []corev1.ConfigMap, n int32) *corev1.ConfigMap {
+	for i := range cms {
+		if r, ok := revisionOf(&cms[i]); ok && r == n {
+			return &cms[i]
+		}
+	}
+	return nil
+}
+
 // latestRevision returns the newest revision in the API and its input hash.
 func (o *Operator) latestRevision() (int32, string, error) {
-	cms, err := o.cmLister.List(revisionSelector())
+	cms, err := o.cmLister.List(RevisionSelector())
 	if err != nil {
 		return 0, "", err
 	}
@@ -58,10 +83,6 @@ func (o *Operator) latestRevision() (int32, string, error) {
 // revision is whole), all immutable. created is false when the revision
 // ConfigMap existed already.
 func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause string) (created bool, err error) {
-	t, err := ParseTemplates(in.Templates)
-	if err != nil {
-		return false, err
-	}
 	objMeta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: v1alpha1.Namespace, Labels: revisionLabels(n)}
 	}
@@ -78,22 +99,51 @@ func (o *Operator) createRevision(ctx context.Context, n int32, in Inputs, cause
 			return false, err
 		}
 	}
-	cm, err := RevisionConfigMap(t, in, n, cause)
-	if err != nil {
-		return false, err
-	}
-	_, err = o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	_, err = o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, RevisionConfigMap(in, n, cause), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
-// RevisionConfigMap is revision n's ConfigMap: both manifests, the input
-// hash, the names of the copied objects and the cause. "up" makes the
-// bootstrap revision with it too, so that the operator finds it whole.
-func RevisionConfigMap(t Templates, in Inputs, n int32, cause string) (*corev1.ConfigMap, error) {
-	operand, err := RenderOperand(t, in.Spec, n)
+// RevisionConfigMap is revision n's ConfigMap: the spec, the input hash,
+// the names of the copied objects and the cause. "up" makes the bootstrap
+// revision with it too, so that the operator finds it whole.
+func RevisionConfigMap(in Inputs, n int32, cause string) *corev1.ConfigMap {
+	spec, _ := json.Marshal(in.Spec) // strings and lists of strings
+	cms, _ := json.Marshal(slices.Sorted(maps.Keys(in.ConfigMaps)))
+	secrets, _ := json.Marshal(slices.Sorted(maps.Keys(in.Secrets)))
+	immutable := true
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: RevisionName(Operand, n), Namespace: v1alpha1.Namespace,
+			Labels:      revisionLabels(n),
+			Annotations: map[string]string{InputHashAnnotation: in.Hash(), ConfigMapsAnnotation: string(cms), SecretsAnnotation: string(secrets), CauseAnnotation: cause}},
+		Data:      map[string]string{RevisionSpecKey: string(spec)},
+		Immutable: &immutable,
+	}
+}
+
+// Render is revision rev's rendering for node, from the node's templates:
+// both manifests, labelled with the revision and the node, and annotated
+// with the templates' hash.
+func Render(rev *corev1.ConfigMap, templates map[string]string, node string) (*corev1.ConfigMap, error) {
+	n, ok := revisionOf(rev)
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s is not a revision", rev.Name)
+	}
+	var spec v1alpha1.KubeAPIServerSpec
+	raw, ok := rev.Data[RevisionSpecKey]
+	if !ok {
+		return nil, fmt.Errorf("revision %d has no %s (made by an older steadyplane): a new revision is needed", n, RevisionSpecKey)
+	}
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return nil, fmt.Errorf("revision %d: %s: %w", n, RevisionSpecKey, err)
+	}
+	t, err := ParseTemplates(templates)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	operand, err := RenderOperand(t, spec, n)
 	if err != nil {
 		return nil, err
 	}
@@ -105,22 +155,49 @@ func RevisionConfigMap(t Templates, in Inputs, n int32, cause string) (*corev1.C
 	if err != nil {
 		return nil, err
 	}
-	cms, _ := json.Marshal(slices.Sorted(maps.Keys(in.ConfigMaps)))
-	secrets, _ := json.Marshal(slices.Sorted(maps.Keys(in.Secrets)))
+	labels := revisionLabels(n)
+	labels[NodeLabel] = node
 	immutable := true
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: RevisionName(Operand, n), Namespace: v1alpha1.Namespace,
-			Labels:      revisionLabels(n),
-			Annotations: map[string]string{InputHashAnnotation: in.Hash(), ConfigMapsAnnotation: string(cms), SecretsAnnotation: string(secrets), CauseAnnotation: cause}},
+		ObjectMeta: metav1.ObjectMeta{Name: RenderingName(Operand, n, node), Namespace: v1alpha1.Namespace, Labels: labels,
+			Annotations: map[string]string{TemplatesHashAnnotation: TemplatesHash(templates)}},
 		Data:      map[string]string{RevisionOperandKey: string(operandYAML), RevisionMonitorKey: string(monitorYAML)},
 		Immutable: &immutable,
 	}, nil
 }
 
+// ensureRendering makes revision n's rendering for node from the node's
+// templates, unless it exists.
+func (o *Operator) ensureRendering(ctx context.Context, n int32, node string) error {
+	if _, err := o.cmLister.Get(RenderingName(Operand, n, node)); err == nil {
+		return nil
+	}
+	rev, err := o.cmLister.Get(RevisionName(Operand, n))
+	if apierrors.IsNotFound(err) {
+		// Made in this sync: the informer has not seen it yet.
+		rev, err = o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, RevisionName(Operand, n), metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	tmpl, err := o.cmLister.Get(TemplatesName(node))
+	if err != nil {
+		return fmt.Errorf("node %s has no templates (ConfigMap %s/%s, written by steadyplane up on it): %w", node, v1alpha1.Namespace, TemplatesName(node), err)
+	}
+	cm, err := Render(rev, tmpl.Data, node)
+	if err != nil {
+		return err
+	}
+	if _, err := o.Client.CoreV1().ConfigMaps(v1alpha1.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
 // startInstaller creates the installer pod of revision n on node, from the
-// template in the templates ConfigMap.
+// node's template.
 func (o *Operator) startInstaller(ctx context.Context, node string, n, lastFailed int32, withMonitor bool) error {
-	tmpl, err := o.cmLister.Get(TemplatesConfigMap)
+	tmpl, err := o.cmLister.Get(TemplatesName(node))
 	if err != nil {
 		return err
 	}
@@ -136,13 +213,39 @@ func (o *Operator) startInstaller(ctx context.Context, node string, n, lastFaile
 	return err
 }
 
+// staleTemplates are the nodes whose templates changed since the latest
+// revision was rendered for them (StaleTemplates).
+func (o *Operator) staleTemplates(latest int32) ([]string, error) {
+	if latest == 0 {
+		return nil, nil
+	}
+	sel := labels.SelectorFromSet(labels.Set{RevisionLabel: strconv.Itoa(int(latest)), "component": Operand})
+	cms, err := o.cmLister.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	rendered := map[string]string{}
+	for _, cm := range cms {
+		if node := cm.Labels[NodeLabel]; node != "" && cm.Name == RenderingName(Operand, latest, node) {
+			rendered[node] = cm.Annotations[TemplatesHashAnnotation]
+		}
+	}
+	now := map[string]string{}
+	for node := range rendered {
+		if tmpl, err := o.cmLister.Get(TemplatesName(node)); err == nil {
+			now[node] = TemplatesHash(tmpl.Data)
+		}
+	}
+	return StaleTemplates(now, rendered), nil
+}
+
 // prune deletes revisions no node uses beyond the newest Keep, with their
 // copies, and installer pods that finished.
 func (o *Operator) prune(ctx context.Context, st *v1alpha1.KubeAPIServerStatus) error {
 	if o.Keep < 1 {
 		return nil
 	}
-	cms, err := o.cmLister.List(revisionSelector())
+	cms, err := o.cmLister.List(RevisionSelector())
 	if err != nil {
 		return err
 	}

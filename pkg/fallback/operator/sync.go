@@ -45,8 +45,12 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	stale, err := o.staleTemplates(latest)
+	if err != nil {
+		return 0, err
+	}
 
-	rev := NextRevision(RevisionState{Latest: latest, LatestHash: latestHash, InputHash: in.Hash(), InputErr: inputErr, Nodes: st.NodeStatuses},
+	rev := NextRevision(RevisionState{Latest: latest, LatestHash: latestHash, InputHash: in.Hash(), InputErr: inputErr, Nodes: st.NodeStatuses, StaleTemplates: stale},
 		o.Retry, now.Time)
 	if rev.New() {
 		if err := o.newRevision(ctx, rev, in, event); err != nil {
@@ -90,6 +94,21 @@ func (o *Operator) observeNodes(ctx context.Context, st *v1alpha1.KubeAPIServerS
 		return err
 	}
 	st.NodeStatuses = SortNodes(st.NodeStatuses, slices.Sorted(maps.Keys(mirrors)))
+	// A server removed from the cluster (its Node deleted) has no mirror
+	// pod either: its status would hold a rollout up forever.
+	var removed []string
+	for _, ns := range st.NodeStatuses {
+		if mirrors[ns.NodeName] != nil {
+			continue
+		}
+		if _, err := o.Client.CoreV1().Nodes().Get(ctx, ns.NodeName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			removed = append(removed, ns.NodeName)
+		}
+	}
+	st.NodeStatuses = WithoutNodes(st.NodeStatuses, removed)
+	for _, n := range removed {
+		event(Event{corev1.EventTypeNormal, "NodeRemoved", fmt.Sprintf("node %s: removed from the cluster, no longer rolled", n)})
+	}
 	for i, ns := range st.NodeStatuses {
 		var evs []Event
 		st.NodeStatuses[i], evs = ObserveNode(ns, mirrors[ns.NodeName], o.installed(ns), now)
@@ -124,7 +143,10 @@ func (o *Operator) newRevision(ctx context.Context, rev RevisionDecision, in Inp
 func (o *Operator) install(ctx context.Context, st *v1alpha1.KubeAPIServerStatus, node string, event func(Event)) error {
 	latest := st.LatestAvailableRevision
 	i := slices.IndexFunc(st.NodeStatuses, func(ns v1alpha1.NodeStatus) bool { return ns.NodeName == node })
-	withMonitor := o.Topology.WithMonitor(len(st.NodeStatuses))
+	withMonitor := o.Topology.WithMonitor()
+	if err := o.ensureRendering(ctx, latest, node); err != nil {
+		return err
+	}
 	if err := o.startInstaller(ctx, node, latest, st.NodeStatuses[i].LastFailedRevision, withMonitor); err != nil {
 		return err
 	}
@@ -171,8 +193,8 @@ func (o *Operator) mirrors(ctx context.Context, live bool) (map[string]*Mirror, 
 			continue
 		}
 		if _, revisioned := p.Annotations[fallback.RevisionAnnotation]; !revisioned {
-			// A server that runs its API server without revisions (a
-			// joined server) is not this operator's to roll.
+			// A server that runs its API server without revisions
+			// (--static-pod-fallback=off) is not this operator's to roll.
 			continue
 		}
 		m := &Mirror{Revision: atoi32(p.Annotations[fallback.RevisionAnnotation]), FallbackFor: atoi32(p.Annotations[fallback.FallbackForRevisionAnnotation]),
@@ -209,11 +231,6 @@ func (o *Operator) installed(ns v1alpha1.NodeStatus) time.Time {
 // inputs gathers what a revision is made of; an error names what is missing.
 func (o *Operator) inputs(spec v1alpha1.KubeAPIServerSpec) (Inputs, error) {
 	in := Inputs{Spec: spec, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
-	tmpl, err := o.cmLister.Get(TemplatesConfigMap)
-	if err != nil {
-		return in, fmt.Errorf("ConfigMap %s/%s (written by steadyplane up): %w", v1alpha1.Namespace, TemplatesConfigMap, err)
-	}
-	in.Templates = tmpl.Data
 	for _, name := range spec.ConfigMaps {
 		cm, err := o.cmLister.Get(name)
 		if err != nil {

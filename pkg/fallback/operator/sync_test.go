@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func newSyncFixture(t *testing.T, now time.Time, obj *v1alpha1.KubeAPIServer, ob
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: v1alpha1.Kind + "List"}, u)
-	objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: TemplatesConfigMap, Namespace: v1alpha1.Namespace}, Data: syncTemplates})
+	objs = append(objs, templatesOf("n", syncTemplates))
 	client := kubefake.NewClientset(objs...)
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, o := range objs {
@@ -93,20 +94,23 @@ func (f syncFixture) cause(t *testing.T, n int32) string {
 	return cm.Annotations[CauseAnnotation]
 }
 
-// existingRevision is revision n in the API, made from the fixture's
-// templates and an empty spec.
-func existingRevision(t *testing.T, n int32) *corev1.ConfigMap {
+func templatesOf(node string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: TemplatesName(node), Namespace: v1alpha1.Namespace, Labels: map[string]string{NodeLabel: node}}, Data: data}
+}
+
+// existingRevision is revision n in the API, made from an empty spec, with
+// its rendering for node "n" from templates (the fixture's when nil).
+func existingRevision(t *testing.T, n int32, templates map[string]string) []runtime.Object {
 	t.Helper()
-	tmpl, err := ParseTemplates(syncTemplates)
+	if templates == nil {
+		templates = syncTemplates
+	}
+	rev := RevisionConfigMap(Inputs{ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}, n, "test")
+	rendering, err := Render(rev, templates, "n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Inputs{Templates: syncTemplates, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
-	cm, err := RevisionConfigMap(tmpl, in, n, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cm
+	return []runtime.Object{rev, rendering}
 }
 
 func mirrorPod(node string, revision, fallbackFor int32, ready bool) *corev1.Pod {
@@ -143,16 +147,22 @@ func TestSync(t *testing.T) {
 		{"first revision", t0.Time, v1alpha1.KubeAPIServer{}, nil, 0,
 			[]string{"Normal RevisionCreated revision 1: first revision"}, 1, "first revision", "AsExpected"},
 		{"the spec changed: a revision, installed", t0.Time, v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}},
-			[]runtime.Object{existingRevision(t, 1), mirrorPod("n", 1, 0, true)}, inFlightPoll,
-			[]string{"Normal RevisionCreated revision 2: the spec or the templates changed", "Normal InstallerStarted node n: installing revision 2 (from 1; startup monitor true)"},
-			2, "the spec or the templates changed", "AsExpected"},
-		{"a retry due", t0.Add(time.Hour), v1alpha1.KubeAPIServer{Status: failedAt3}, []runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, inFlightPoll,
+			append(existingRevision(t, 1, nil), mirrorPod("n", 1, 0, true)), inFlightPoll,
+			[]string{"Normal RevisionCreated revision 2: the spec or its ConfigMaps and Secrets changed", "Normal InstallerStarted node n: installing revision 2 (from 1; startup monitor true)"},
+			2, "the spec or its ConfigMaps and Secrets changed", "AsExpected"},
+		{"the node's templates changed: a revision, installed", t0.Time, v1alpha1.KubeAPIServer{},
+			append(existingRevision(t, 1, map[string]string{OperandKey: syncTemplates[OperandKey] + "  hostNetwork: true\n", MonitorKey: syncTemplates[MonitorKey], InstallerKey: syncTemplates[InstallerKey]}), mirrorPod("n", 1, 0, true)), inFlightPoll,
+			[]string{"Normal RevisionCreated revision 2: the templates of n changed", "Normal InstallerStarted node n: installing revision 2 (from 1; startup monitor true)"},
+			2, "the templates of n changed", "AsExpected"},
+		{"nothing changed: nothing made", t0.Time, v1alpha1.KubeAPIServer{},
+			append(existingRevision(t, 1, nil), mirrorPod("n", 1, 0, true)), 0, nil, 1, "", "AsExpected"},
+		{"a retry due", t0.Add(time.Hour), v1alpha1.KubeAPIServer{Status: failedAt3}, append(existingRevision(t, 3, nil), mirrorPod("n", 2, 3, true)), inFlightPoll,
 			[]string{"Normal RevisionRetry revision 4: retry of revision 3, which failed with NotReady (fallback 1)", "Normal InstallerStarted node n: installing revision 4 (from 2; startup monitor true)"},
 			4, "retry of revision 3, which failed with NotReady (fallback 1)", "NotReady"},
-		{"a retry due later", t0.Add(time.Minute), v1alpha1.KubeAPIServer{Status: failedAt3}, []runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, 9 * time.Minute,
+		{"a retry due later", t0.Add(time.Minute), v1alpha1.KubeAPIServer{Status: failedAt3}, append(existingRevision(t, 3, nil), mirrorPod("n", 2, 3, true)), 9 * time.Minute,
 			nil, 3, "", "NotReady"},
 		{"a missing secret: nothing made, degraded", t0.Add(time.Hour), v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{Secrets: []string{"s"}}, Status: failedAt3},
-			[]runtime.Object{existingRevision(t, 3), mirrorPod("n", 2, 3, true)}, 0, nil, 3, "", "InvalidInput"},
+			append(existingRevision(t, 3, nil), mirrorPod("n", 2, 3, true)), 0, nil, 3, "", "InvalidInput"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,6 +180,16 @@ func TestSync(t *testing.T) {
 			if c.cause != "" {
 				if got := f.cause(t, c.latest); got != c.cause {
 					t.Errorf("cause %q, want %q", got, c.cause)
+				}
+			}
+			if slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, "InstallerStarted") }) {
+				// The node's rendering of the revision is made before its installer.
+				r, err := f.client.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(context.Background(), RenderingName(Operand, c.latest, "n"), metav1.GetOptions{})
+				if err != nil {
+					t.Fatalf("no rendering for the node: %v", err)
+				}
+				if r.Annotations[TemplatesHashAnnotation] != TemplatesHash(syncTemplates) || !strings.Contains(r.Data[RevisionOperandKey], fallback.RevisionAnnotation) {
+					t.Errorf("rendering %s: annotations %v, operand:\n%s", r.Name, r.Annotations, r.Data[RevisionOperandKey])
 				}
 			}
 			if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Reason != c.degraded {
