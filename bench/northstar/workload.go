@@ -93,6 +93,9 @@ func startWorkload(ctx context.Context, bin, kubeconfig string) (*workload, erro
 		_, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		if ctx.Err() != nil {
+			return // the workload's end cut it off
+		}
 		w.res.reads++
 		if err != nil {
 			w.res.failedReads++

@@ -1,6 +1,7 @@
 package altsvcclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -154,6 +155,12 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 	o := outcome{host: host, resp: resp, err: err, at: Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: last, Connected: phase == Connected}}
 	if err == nil {
 		o.at.Failure, o.wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
+		if o.at.Failure != NotReadyFailure && resp.StatusCode == http.StatusTooManyRequests {
+			start := peekBody(resp, len(shutdownMessage))
+			if down, wait := ShuttingDown(req.URL.Path, resp.StatusCode, resp.Header, start); down {
+				o.at.Failure, o.wait = NotReadyFailure, wait
+			}
+		}
 		if o.at.Failure != NotReadyFailure {
 			if o.err = a.accept(req, resp, pool, host); o.err != nil {
 				o.resp = nil
@@ -166,6 +173,23 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 		o.at.Failure = a.classify(o.err, phase)
 	}
 	return o
+}
+
+// peekBody returns up to n bytes from the start of resp's body and leaves
+// the body whole for whoever reads it.
+func peekBody(resp *http.Response, n int) []byte {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	buf := make([]byte, n)
+	got, _ := io.ReadFull(resp.Body, buf)
+	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(buf[:got]), resp.Body), Closer: resp.Body}
+	return buf[:got]
+}
+
+type peekedBody struct {
+	io.Reader
+	io.Closer
 }
 
 // MayHedge tells whether a request may be sent to a second host while the

@@ -1,6 +1,7 @@
 package altsvcclient
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -159,9 +160,10 @@ const (
 	// the API server it claims to be, and is blocked for good.
 	CertificateFailure
 	// NotReadyFailure: the host refused the request because it has not
-	// finished initializing (KEP-3028: 503 with X-Kubernetes-Ready: false).
-	// The request was not processed; the host is blocked for its
-	// Retry-After, at most the block duration.
+	// finished initializing (KEP-3028: 503 with X-Kubernetes-Ready: false)
+	// or because it shuts down (ShuttingDown). The request was not
+	// processed; the host is blocked for its Retry-After, at most the block
+	// duration.
 	NotReadyFailure
 )
 
@@ -258,6 +260,31 @@ func ClassifyResponse(path string, status int, h http.Header) (Failure, time.Dur
 		wait = time.Duration(s) * time.Second
 	}
 	return NotReadyFailure, wait
+}
+
+// shutdownMessage opens the body of the 429 an API server sends, while it
+// shuts down, to every request it no longer takes (k8s.io/apiserver's
+// WithRetryAfter): the request was not processed.
+const shutdownMessage = "The apiserver is shutting down"
+
+// ShuttingDown tells whether an answer to a request for path is an API
+// server's refusal while it shuts down (429, Retry-After, and a plain-text
+// body that opens with shutdownMessage), and how long to leave the host out.
+// Like a KEP-3028 refusal it was not processed, so the request goes on to
+// another server at once: client-go alone would wait the 5 s it asks for and
+// then maybe reach the same server. The 429s of overload (max-inflight,
+// priority and fairness) carry another text and stay the caller's. bodyStart
+// is the body's first bytes.
+func ShuttingDown(path string, status int, h http.Header, bodyStart []byte) (bool, time.Duration) {
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !MayLearnFrom(path) ||
+		!strings.HasPrefix(h.Get("Content-Type"), "text/plain") || !bytes.HasPrefix(bodyStart, []byte(shutdownMessage)) {
+		return false, 0
+	}
+	wait := time.Second
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
+		wait = time.Duration(s) * time.Second
+	}
+	return true, wait
 }
 
 // MayResend reports whether a request that failed on one host may be sent to

@@ -230,3 +230,35 @@ func TestMayResend(t *testing.T) {
 		}
 	}
 }
+
+func TestShuttingDown(t *testing.T) {
+	const pods = "/api/v1/namespaces/default/pods"
+	text := http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "Retry-After": {"5"}}
+	shutdown := []byte("The apiserver is shutting down, please try again later.\n")
+	overload := []byte("Too many requests, please try again later.\n")
+	noRetryAfter := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+	jsonType := http.Header{"Content-Type": {"application/json"}, "Retry-After": {"5"}}
+	tests := []struct {
+		name   string
+		path   string
+		status int
+		header http.Header
+		body   []byte
+		want   bool
+		wait   time.Duration
+	}{
+		{"the shutdown refusal", pods, 429, text, shutdown, true, 5 * time.Second},
+		{"overload (max-inflight, priority and fairness) is the caller's", pods, 429, text, overload, false, 0},
+		{"no Retry-After", pods, 429, noRetryAfter, shutdown, false, 0},
+		{"a JSON Status is not the filter's", pods, 429, jsonType, shutdown, false, 0},
+		{"another status", pods, 503, text, shutdown, false, 0},
+		{"relayed from a pod", pods + "/web/proxy/", 429, text, shutdown, false, 0},
+		{"a body cut short", pods, 429, text, shutdown[:10], false, 0},
+	}
+	for _, tt := range tests {
+		got, wait := ShuttingDown(tt.path, tt.status, tt.header, tt.body)
+		if got != tt.want || wait != tt.wait {
+			t.Errorf("%s: %v %v, want %v %v", tt.name, got, wait, tt.want, tt.wait)
+		}
+	}
+}

@@ -5,11 +5,15 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -362,11 +366,16 @@ func TestWatchResumesOnAnotherHost(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		a.srv.CloseClientConnections()
 	})
-	var resumedFrom atomic.Value
+	var mu sync.Mutex
+	var resumedFrom []string
 	b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resumedFrom.Store(r.URL.Query().Get("resourceVersion"))
+		from := r.URL.Query().Get("resourceVersion")
+		mu.Lock()
+		resumedFrom = append(resumedFrom, from)
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		for rv := 4; rv <= 5; rv++ {
+		n, _ := strconv.Atoi(from)
+		for rv := n + 1; rv <= 5; rv++ {
 			io.WriteString(w, event(rv))
 		}
 	})
@@ -384,11 +393,56 @@ func TestWatchResumesOnAnotherHost(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("watch stream:\n%s\nwant:\n%s", got, want)
 	}
-	if rv, _ := resumedFrom.Load().(string); rv != "3" {
-		t.Errorf("resumed from resourceVersion %q, want 3", rv)
+	// From 3 after the crash; from 5 after b ended its watch cleanly (as a
+	// server that shuts down does), which b then ended at once: the end.
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(resumedFrom, []string{"3", "5"}) {
+		t.Errorf("resumed from resourceVersions %q, want 3 then 5", resumedFrom)
 	}
 	if pool.Current() != b.host() {
 		t.Errorf("Current = %s", pool.Current())
+	}
+}
+
+// TestWatchEndedByItsServer: a JSON watch that its server ends cleanly (an
+// API server shutting down ends its watches so) goes on from its last
+// event, unless it asked for an end (timeoutSeconds).
+func TestWatchEndedByItsServer(t *testing.T) {
+	p := testpki.New(t)
+	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+	event := func(rv int) string {
+		return fmt.Sprintf(`{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"cm%d","resourceVersion":"%d"}}}`+"\n", rv, rv)
+	}
+	var watches atomic.Int32
+	a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		watches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		// Two events a watch, up to the fourth: then it ends at once.
+		n, _ := strconv.Atoi(r.URL.Query().Get("resourceVersion"))
+		for rv := n + 1; rv <= min(n+2, 4); rv++ {
+			io.WriteString(w, event(rv))
+		}
+	})
+	for _, c := range []struct {
+		query   string
+		want    string
+		watches int32
+	}{
+		{"watch=true&resourceVersion=0", event(1) + event(2) + event(3) + event(4), 3},
+		{"watch=true&resourceVersion=0&timeoutSeconds=300", event(1) + event(2), 1},
+	} {
+		watches.Store(0)
+		hc, _ := client(t, p, a.host(), Options{Hosts: []string{a.host()}})
+		resp, err := hc.Get("https://" + a.host() + "/api/v1/namespaces/default/configmaps?" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(got) != c.want || watches.Load() != c.watches {
+			t.Errorf("%s: %d watches, %v, stream:\n%s\nwant:\n%s", c.query, watches.Load(), err, got, c.want)
+		}
 	}
 }
 
@@ -522,4 +576,52 @@ func startAlternative(t *testing.T, p *testpki.TestPKI, s *httptest.Server) stri
 	s.StartTLS()
 	t.Cleanup(s.Close)
 	return l.Addr().String()
+}
+
+// TestShutdownRefusalGoesOn: a server that shuts down refuses new requests
+// with k8s.io/apiserver's own 429 (Retry-After: 5); they were not processed,
+// so a write goes on to the next server at once, exactly once, instead of
+// client-go waiting 5s for the same server. An overloaded server's 429 is
+// the caller's.
+func TestShutdownRefusalGoesOn(t *testing.T) {
+	p := testpki.New(t)
+	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+	b := startServer(t, p, p.CA, "b", "127.0.0.2", true)
+	shuttingDown := make(chan struct{})
+	close(shuttingDown)
+	a.srv.Config.Handler = genericfilters.WithRetryAfter(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a processed %s %s while shutting down", r.Method, r.URL.Path)
+	}), shuttingDown)
+	hc, pool := client(t, p, a.host(), Options{Hosts: []string{a.host(), b.host()}})
+	begun := time.Now()
+	resp, err := hc.Post("https://"+a.host()+"/api/v1/namespaces/default/configmaps", "application/json", strings.NewReader(`{"kind":"ConfigMap"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "b ") || time.Since(begun) > 2*time.Second {
+		t.Errorf("a write refused by a shutting-down server: %d %q after %v; want b's answer at once", resp.StatusCode, body, time.Since(begun))
+	}
+	if n := len(b.bodies); n != 1 {
+		t.Errorf("b got %d writes, want 1", n)
+	}
+	if pool.Current() != b.host() {
+		t.Errorf("Current = %s", pool.Current())
+	}
+
+	// Overloaded: the 429 reaches the caller, with its body whole.
+	b.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+	})
+	resp, err = hc.Get("https://" + a.host() + "/api/v1/namespaces") // b, the current server
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || string(body) != "Too many requests, please try again later.\n" {
+		t.Errorf("overload: %d %q; want the 429 and its whole body", resp.StatusCode, body)
+	}
 }

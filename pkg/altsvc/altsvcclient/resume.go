@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -48,6 +49,10 @@ type resumingWatch struct {
 	br      *bufio.Reader
 	pending []byte
 	lastRV  string
+	// resumedAt and eventsSince bound resuming after a clean end: a server
+	// that ends a resumed watch at once without an event ends it for good.
+	resumedAt   time.Time
+	eventsSince int
 }
 
 func newResumingWatch(req *http.Request, resp *http.Response, reopen func(*http.Request) (*http.Response, error), broke func(error)) *resumingWatch {
@@ -61,12 +66,21 @@ func (w *resumingWatch) Read(p []byte) (int, error) {
 		if err == nil {
 			w.noteResourceVersion(line)
 			w.pending = line
+			w.eventsSince++
 			break
 		}
-		if err == io.EOF || w.ctx.Err() != nil || Classify(err, Connected) != NetworkFailure {
+		if w.ctx.Err() != nil {
 			return 0, err
 		}
-		w.broke(err)
+		if err == io.EOF {
+			if !w.resumeAtEnd() {
+				return 0, err
+			}
+		} else if Classify(err, Connected) != NetworkFailure {
+			return 0, err
+		} else {
+			w.broke(err)
+		}
 		if rerr := w.resume(); rerr != nil {
 			klog.InfoS("Could not resume a watch on another API server", "path", w.req.URL.Path, "err", rerr)
 			return 0, err
@@ -75,6 +89,18 @@ func (w *resumingWatch) Read(p []byte) (int, error) {
 	n := copy(p, w.pending)
 	w.pending = w.pending[n:]
 	return n, nil
+}
+
+// resumeAtEnd says whether a watch its server ended cleanly goes on: an
+// API server that shuts down (a rollout, a restart) ends its watches so,
+// and kubectl get -w would end with them. A watch that asked for an end
+// (timeoutSeconds) ends; so does one that a server ends again within a
+// second of resuming it, without an event in between.
+func (w *resumingWatch) resumeAtEnd() bool {
+	if w.req.URL.Query().Get("timeoutSeconds") != "" {
+		return false
+	}
+	return w.eventsSince > 0 || w.resumedAt.IsZero() || time.Since(w.resumedAt) > time.Second
 }
 
 // readEvent reads one newline-terminated event; a partial event at a break
@@ -130,6 +156,7 @@ func (w *resumingWatch) resume() error {
 	}
 	w.body.Close()
 	w.body, w.br = resp.Body, bufio.NewReaderSize(resp.Body, 32<<10)
+	w.resumedAt, w.eventsSince = time.Now(), 0
 	klog.InfoS("Resumed a watch on another API server", "path", req.URL.Path, "resourceVersion", w.lastRV)
 	metrics.resumes.Inc()
 	return nil
