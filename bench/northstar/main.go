@@ -105,6 +105,7 @@ func run(ctx context.Context, settle time.Duration) error {
 	if err != nil {
 		return err
 	}
+	defer w.close()
 	r, err := newRollouts(ctx, kubeconfig, names)
 	if err != nil {
 		return err

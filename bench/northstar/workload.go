@@ -229,6 +229,15 @@ func (w *workload) watchWithKubectl(ctx context.Context, bin, kubeconfig string,
 	}
 }
 
+// close ends every client of the workload, counting nothing: a run that
+// failed leaves no kubectl behind.
+func (w *workload) close() {
+	w.stopWriters()
+	w.stopWatchers()
+	w.writers.Wait()
+	w.watchers.Wait()
+}
+
 // stop ends the workload, waits for the watchers to catch up (at most
 // 30s), and counts the writes they never saw.
 func (w *workload) stop(ctx context.Context) result {

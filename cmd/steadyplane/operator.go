@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -32,6 +29,7 @@ import (
 func newOperatorCommand() *cobra.Command {
 	var (
 		kubeconfig, metricsAddress, topology string
+		identity                             string
 		retry                                = operator.RetryPolicy{Base: fallback.DefaultRetryBase, Max: fallback.DefaultRetryMax}
 		keep                                 int
 	)
@@ -101,44 +99,21 @@ func newOperatorCommand() *cobra.Command {
 				Clock:    clock.RealClock{}, Retry: retry, Topology: t, Keep: keep,
 				Log: slog.New(slog.NewTextHandler(os.Stderr, nil)), Metrics: operator.NewMetrics(reg),
 			}
-			// One operator per server, one acting: a Lease elects it, and a
-			// server that dies hands over within the lease's duration.
-			host, _ := os.Hostname()
+			if identity == "" {
+				host, _ := os.Hostname()
+				identity = host + "_" + string(uuid.NewUUID())
+			}
 			lock, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.Namespace, operator.LeaseName, client.CoreV1(), client.CoordinationV1(),
-				resourcelock.ResourceLockConfig{Identity: host + "_" + string(uuid.NewUUID())})
+				resourcelock.ResourceLockConfig{Identity: identity})
 			if err != nil {
 				return err
 			}
-			elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-				Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-				ReleaseOnCancel: true, Name: operator.LeaseName,
-				Callbacks: leaderelection.LeaderCallbacks{
-					OnStartedLeading: func(ctx context.Context) {
-						o.Log.Info("leading", "lease", v1alpha1.Namespace+"/"+operator.LeaseName, "identity", lock.Identity())
-						errs <- o.Run(ctx)
-					},
-					OnStoppedLeading: func() {
-						// The informers of a leader that lost its lease would
-						// act on what another operator decides now: restart.
-						errs <- fmt.Errorf("lost the lease %s/%s", v1alpha1.Namespace, operator.LeaseName)
-					},
-				},
-			})
-			if err != nil {
-				return err
-			}
-			o.Log.Info("waiting to lead", "lease", v1alpha1.Namespace+"/"+operator.LeaseName, "identity", lock.Identity())
-			go func() {
-				elector.Run(ctx)
-				if ctx.Err() != nil {
-					errs <- nil
-				}
-			}()
-			return <-errs
+			return operator.RunElected(ctx, lock, o.Log, o.Run, errs)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Kubeconfig of the operator's identity (steadyplane:kubeapiserver-operator).")
+	fs.StringVar(&identity, "identity", "", "This operator's name in the Lease steadyplane-system/kube-apiserver-operator; one per server (up gives the node's name, so that a restarted operator takes its lease back at once). Default: <hostname>_<random>.")
 	fs.DurationVar(&retry.Base, "retry-base", retry.Base, "Wait before the first retry of a revision that failed with a retried reason; it doubles with every further fallback.")
 	fs.DurationVar(&retry.Max, "retry-max", retry.Max, "Longest wait between retries.")
 	fs.StringVar(&topology, "topology", string(operator.TopologyAuto), "Startup monitor and fallback on each node: auto (on), on, or off (a failing revision keeps failing on its node).")

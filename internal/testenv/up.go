@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -144,6 +145,12 @@ func (b *BenchUp) Cleanup() {
 	os.RemoveAll(b.work)
 }
 
+var (
+	claimsMu sync.Mutex
+	// claims are this process's pod ranges, by the bridge of their run.
+	claims = map[string]string{}
+)
+
 // claimPodRange picks a 10.<octet>.<n>.0/24, trying n from first on, that no
 // route of the machine uses (but bridge's own, from an earlier run) and no
 // other test process holds, and holds it until release. Two runs whose first
@@ -151,6 +158,13 @@ func (b *BenchUp) Cleanup() {
 // the later up refuses it. The hold is an flock, so a test process that dies
 // gives its ranges back.
 func claimPodRange(octet, first int, bridge string) (cidr string, release func()) {
+	claimsMu.Lock()
+	defer claimsMu.Unlock()
+	// The same run started again (a restart test) keeps its range: a
+	// second flock of this process on the file would fail.
+	if c, ok := claims[bridge]; ok {
+		return c, func() {}
+	}
 	routes, _ := podnet.HostRoutes()
 	for i := 0; i < 250; i++ {
 		n := (first + i) % 250
@@ -166,7 +180,13 @@ func claimPodRange(octet, first int, bridge string) (cidr string, release func()
 			lock.Close()
 			continue
 		}
-		return cidr, func() { lock.Close() }
+		claims[bridge] = cidr
+		return cidr, func() {
+			claimsMu.Lock()
+			defer claimsMu.Unlock()
+			delete(claims, bridge)
+			lock.Close()
+		}
 	}
 	// Nothing free (or no temporary directory): the first choice, which up
 	// checks and refuses with a clear error if it is taken.

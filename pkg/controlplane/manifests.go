@@ -187,7 +187,11 @@ func (cp *ControlPlane) Components(binary string) []Component {
 	}
 	if cp.fallbackOn() {
 		kubeconfig := filepath.Join(cp.dataDir, "kubeapiserver-operator.kubeconfig")
-		args := []string{"operator", "--kubeconfig=" + kubeconfig, "--retry-base=" + cp.opts.FallbackRetryBase.String(), "--retry-max=" + cp.opts.FallbackRetryMax.String()}
+		// The node's name as its identity in the Lease: one operator per
+		// node (a static pod), and a restarted one takes its lease back at
+		// once instead of waiting out its predecessor's.
+		args := []string{"operator", "--kubeconfig=" + kubeconfig, "--identity=" + cp.opts.NodeName,
+			"--retry-base=" + cp.opts.FallbackRetryBase.String(), "--retry-max=" + cp.opts.FallbackRetryMax.String()}
 		if cp.opts.Fallback == fallback.ModeOn {
 			args = append(args, "--topology=on")
 		}

@@ -17,12 +17,12 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
 
-// rollRevisionsAcrossServers is part 5 of the three-server walkthrough:
-// the operator rolls a good revision over the three servers one at a time
-// while a client-go reader runs (it sees no error); a bad revision stops at
-// the first node, which falls back to its last-known-good (the cluster
-// keeps three servers, the others keep theirs, Degraded names the node);
-// a fixed spec rolls out to all.
+// rollRevisionsAcrossServers is part 5 of the three-server walkthrough: a
+// bad revision stops at the first node, which falls back to its
+// last-known-good (the cluster keeps three servers, the others keep theirs,
+// Degraded names the node); a fixed spec rolls out to all, one server at a
+// time, while a client-go reader runs and sees no error. (A good revision
+// rolled from a good one is the fix's case; bench/northstar measures both.)
 func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig string, names []string) {
 	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
 	if err != nil {
@@ -87,7 +87,9 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 		reader := startReader(t, ctx, kubeconfig)
 		begun := time.Now()
 		patch(spec)
-		waitFor(t, ctx, 5*time.Minute, fmt.Sprintf("%s: revision %d on the three servers", what, n), func() (bool, string) {
+		// Each server restarts its API server in turn: on CI's two busy
+		// cores that takes up to two minutes a server.
+		waitFor(t, ctx, 8*time.Minute, fmt.Sprintf("%s: revision %d on the three servers", what, n), func() (bool, string) {
 			obj, s := status()
 			return obj != nil && every(obj, n), s
 		})
@@ -98,11 +100,9 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 		}
 	}
 
-	rollOut("a good revision", `{"spec":{"extraArgs":["--max-requests-inflight=500"]}}`, start+1)
-
 	begun := time.Now()
 	patch(`{"spec":{"extraArgs":["--no-such-flag"]}}`)
-	bad := start + 2
+	bad := start + 1
 	var failedOn string
 	waitFor(t, ctx, 5*time.Minute, fmt.Sprintf("revision %d failing on one server and falling back there", bad), func() (bool, string) {
 		obj, s := status()
@@ -110,7 +110,7 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 			return false, s
 		}
 		for _, ns := range obj.Status.NodeStatuses {
-			if ns.LastFailedRevision == bad && ns.CurrentRevision == start+1 {
+			if ns.LastFailedRevision == bad && ns.CurrentRevision == start {
 				failedOn = ns.NodeName
 			}
 		}
@@ -124,8 +124,8 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 	if obj == nil {
 		t.Fatal(s)
 	}
-	if !every(obj, start+1) {
-		t.Errorf("after the bad revision failed on %s, not every server runs revision %d: %s", failedOn, start+1, s)
+	if !every(obj, start) {
+		t.Errorf("after the bad revision failed on %s, not every server runs revision %d: %s", failedOn, start, s)
 	}
 	for _, ns := range obj.Status.NodeStatuses {
 		if ns.NodeName != failedOn && (ns.LastFailedRevision == bad || ns.TargetRevision == bad) {
@@ -136,7 +136,7 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 		t.Errorf("Degraded after the bad revision: %+v; want True naming node %s", c, failedOn)
 	}
 
-	rollOut("the fixed spec", `{"spec":{"extraArgs":["--max-requests-inflight=501"]}}`, start+3)
+	rollOut("the fixed spec", `{"spec":{"extraArgs":["--max-requests-inflight=501"]}}`, start+2)
 	if obj, s := status(); obj == nil {
 		t.Error(s)
 	} else if c := meta.FindStatusCondition(obj.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse {

@@ -155,7 +155,7 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 	o := outcome{host: host, resp: resp, err: err, at: Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: last, Connected: phase == Connected}}
 	if err == nil {
 		o.at.Failure, o.wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
-		if o.at.Failure != NotReadyFailure && resp.StatusCode == http.StatusTooManyRequests {
+		if o.at.Failure != NotReadyFailure && mayBeShuttingDown(req.URL.Path, resp) {
 			start := peekBody(resp, len(shutdownMessage))
 			if down, wait := ShuttingDown(req.URL.Path, resp.StatusCode, resp.Header, start); down {
 				o.at.Failure, o.wait = NotReadyFailure, wait
@@ -173,6 +173,14 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 		o.at.Failure = a.classify(o.err, phase)
 	}
 	return o
+}
+
+// mayBeShuttingDown tells, from resp's headers alone, whether its body is
+// worth a look for ShuttingDown: only then is a body read ahead, and only a
+// short one of known length (http.Error's), which has arrived whole.
+func mayBeShuttingDown(path string, resp *http.Response) bool {
+	return resp.StatusCode == http.StatusTooManyRequests && resp.ContentLength > 0 && resp.ContentLength <= 512 &&
+		resp.Header.Get("Retry-After") != "" && MayLearnFrom(path) && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain")
 }
 
 // peekBody returns up to n bytes from the start of resp's body and leaves
@@ -236,6 +244,9 @@ func judge(pool *Pool, o outcome) Decision {
 		failure := o.err
 		if o.at.Responded {
 			failure = errors.New("answered 503 with X-Kubernetes-Ready: false")
+			if o.resp != nil && o.resp.StatusCode == http.StatusTooManyRequests {
+				failure = errors.New("answered 429: the API server is shutting down")
+			}
 		}
 		recordFailure(pool, o.host, o.at.Failure, failure, o.wait)
 	}

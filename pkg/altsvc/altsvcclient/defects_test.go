@@ -407,19 +407,27 @@ func TestWatchResumesOnAnotherHost(t *testing.T) {
 
 // TestWatchEndedByItsServer: a JSON watch that its server ends cleanly (an
 // API server shutting down ends its watches so) goes on from its last
-// event, unless it asked for an end (timeoutSeconds).
+// event, unless it asked for an end (timeoutSeconds) or the server ended it
+// with an ERROR event, which it would send again.
 func TestWatchEndedByItsServer(t *testing.T) {
 	p := testpki.New(t)
 	a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
 	event := func(rv int) string {
 		return fmt.Sprintf(`{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"cm%d","resourceVersion":"%d"}}}`+"\n", rv, rv)
 	}
+	const tooNew = `{"type":"ERROR","object":{"kind":"Status","status":"Failure","reason":"Timeout","code":504}}` + "\n"
 	var watches atomic.Int32
 	a.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		watches.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		// Two events a watch, up to the fourth: then it ends at once.
 		n, _ := strconv.Atoi(r.URL.Query().Get("resourceVersion"))
+		if n >= 100 {
+			// The watch cache's answer to a resourceVersion it cannot serve:
+			// 200, one ERROR event, the end.
+			io.WriteString(w, tooNew)
+			return
+		}
 		for rv := n + 1; rv <= min(n+2, 4); rv++ {
 			io.WriteString(w, event(rv))
 		}
@@ -431,6 +439,7 @@ func TestWatchEndedByItsServer(t *testing.T) {
 	}{
 		{"watch=true&resourceVersion=0", event(1) + event(2) + event(3) + event(4), 3},
 		{"watch=true&resourceVersion=0&timeoutSeconds=300", event(1) + event(2), 1},
+		{"watch=true&resourceVersion=100", tooNew, 1},
 	} {
 		watches.Store(0)
 		hc, _ := client(t, p, a.host(), Options{Hosts: []string{a.host()}})

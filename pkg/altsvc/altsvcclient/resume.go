@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -45,10 +47,19 @@ type resumingWatch struct {
 	reopen func(*http.Request) (*http.Response, error)
 	broke  func(error) // counts a broken stream against its host
 
-	body    io.ReadCloser
+	// mu guards body and closed: the caller's Close (a watcher's Stop)
+	// may come while the reading goroutine resumes.
+	mu     sync.Mutex
+	body   io.ReadCloser
+	closed bool
+
 	br      *bufio.Reader
 	pending []byte
 	lastRV  string
+	// lastError tells that the last event was an ERROR: a server that
+	// ends a watch with one (a resourceVersion too old or too new) would
+	// send it again to a resumed watch.
+	lastError bool
 	// resumedAt and eventsSince bound resuming after a clean end: a server
 	// that ends a resumed watch at once without an event ends it for good.
 	resumedAt   time.Time
@@ -69,7 +80,7 @@ func (w *resumingWatch) Read(p []byte) (int, error) {
 			w.eventsSince++
 			break
 		}
-		if w.ctx.Err() != nil {
+		if w.ctx.Err() != nil || w.isClosed() {
 			return 0, err
 		}
 		if err == io.EOF {
@@ -94,13 +105,20 @@ func (w *resumingWatch) Read(p []byte) (int, error) {
 // resumeAtEnd says whether a watch its server ended cleanly goes on: an
 // API server that shuts down (a rollout, a restart) ends its watches so,
 // and kubectl get -w would end with them. A watch that asked for an end
-// (timeoutSeconds) ends; so does one that a server ends again within a
-// second of resuming it, without an event in between.
+// (timeoutSeconds) ends; so does one whose last event was an ERROR (the
+// server's answer, which it would give again), and one that a server ends
+// again within a second of resuming it, without an event in between.
 func (w *resumingWatch) resumeAtEnd() bool {
-	if w.req.URL.Query().Get("timeoutSeconds") != "" {
+	if w.lastError || w.req.URL.Query().Get("timeoutSeconds") != "" {
 		return false
 	}
 	return w.eventsSince > 0 || w.resumedAt.IsZero() || time.Since(w.resumedAt) > time.Second
+}
+
+func (w *resumingWatch) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
 }
 
 // readEvent reads one newline-terminated event; a partial event at a break
@@ -127,13 +145,18 @@ func (w *resumingWatch) readEvent() ([]byte, error) {
 
 func (w *resumingWatch) noteResourceVersion(event []byte) {
 	var e struct {
+		Type   string `json:"type"`
 		Object struct {
 			Metadata struct {
 				ResourceVersion string `json:"resourceVersion"`
 			} `json:"metadata"`
 		} `json:"object"`
 	}
-	if json.Unmarshal(event, &e) == nil && e.Object.Metadata.ResourceVersion != "" {
+	if json.Unmarshal(event, &e) != nil {
+		return
+	}
+	w.lastError = e.Type == "ERROR"
+	if e.Object.Metadata.ResourceVersion != "" {
 		w.lastRV = e.Object.Metadata.ResourceVersion
 	}
 }
@@ -154,13 +177,26 @@ func (w *resumingWatch) resume() error {
 		resp.Body.Close()
 		return fmt.Errorf("the watch was answered %s", resp.Status)
 	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		resp.Body.Close()
+		return errors.New("the watch was closed")
+	}
 	w.body.Close()
-	w.body, w.br = resp.Body, bufio.NewReaderSize(resp.Body, 32<<10)
+	w.body = resp.Body
+	w.mu.Unlock()
+	w.br = bufio.NewReaderSize(resp.Body, 32<<10)
 	w.resumedAt, w.eventsSince = time.Now(), 0
 	klog.InfoS("Resumed a watch on another API server", "path", req.URL.Path, "resourceVersion", w.lastRV)
 	metrics.resumes.Inc()
 	return nil
 }
 
-// Close implements io.Closer.
-func (w *resumingWatch) Close() error { return w.body.Close() }
+// Close implements io.Closer; a watch closed while it resumes stays closed.
+func (w *resumingWatch) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	return w.body.Close()
+}

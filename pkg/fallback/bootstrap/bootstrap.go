@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
@@ -114,11 +115,17 @@ func JoinRevision(ctx context.Context, cfg *rest.Config, templates map[string]st
 	if rev == nil {
 		return installer.Revision{}, fmt.Errorf("the cluster has no revision of the API server (ConfigMaps %s/%s-pod-<N>): is its first server's static-pod fallback off? Join with --static-pod-fallback=off", v1alpha1.Namespace, operator.Operand)
 	}
-	if obj, err := (v1alpha1.Client{Dynamic: dyn}).Get(ctx, v1alpha1.Name); err == nil {
+	obj, err := (v1alpha1.Client{Dynamic: dyn}).Get(ctx, v1alpha1.Name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return installer.Revision{}, fmt.Errorf("reading KubeAPIServer %s, which says what the servers run: %w", v1alpha1.Name, err)
+	}
+	if obj != nil {
 		if n := operator.NewestRunning(obj.Status); n > 0 {
-			if r := operator.Find(list.Items, n); r != nil {
-				rev = r
+			if rev = operator.Find(list.Items, n); rev == nil {
+				return installer.Revision{}, fmt.Errorf("revision %d, which the servers run, is not in the API", n)
 			}
+		} else if ns, failed := operator.Failed(obj.Status.NodeStatuses, obj.Status.LatestAvailableRevision); failed {
+			return installer.Revision{}, fmt.Errorf("no server runs a revision, and the latest, %d, failed on %s (%s): fix the spec first", obj.Status.LatestAvailableRevision, ns.NodeName, ns.LastFailedReason)
 		}
 	}
 	n, _ := strconv.Atoi(rev.Labels[operator.RevisionLabel])
@@ -126,7 +133,7 @@ func JoinRevision(ctx context.Context, cfg *rest.Config, templates map[string]st
 	if err != nil {
 		return installer.Revision{}, err
 	}
-	if _, err := cms.Create(ctx, rendering, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := createRendering(ctx, cms, rendering); err != nil {
 		return installer.Revision{}, fmt.Errorf("creating the rendering of revision %d for %s: %w", n, node, err)
 	}
 	fetchCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -137,6 +144,26 @@ func JoinRevision(ctx context.Context, cfg *rest.Config, templates map[string]st
 	}
 	progressf("kube-apiserver: revision %d, the newest the cluster's servers run, rendered for this node; rolled out by the KubeAPIServer operator from now on", n)
 	return r, nil
+}
+
+// createRendering creates rendering, replacing one of the same name made
+// from other templates: a server that joins again under the same name may
+// run with other paths or addresses than the one before it.
+func createRendering(ctx context.Context, cms typedcorev1.ConfigMapInterface, rendering *corev1.ConfigMap) error {
+	existing, err := cms.Get(ctx, rendering.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case existing.Annotations[operator.TemplatesHashAnnotation] == rendering.Annotations[operator.TemplatesHashAnnotation]:
+		return nil
+	default:
+		if err := cms.Delete(ctx, rendering.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	_, err = cms.Create(ctx, rendering, metav1.CreateOptions{})
+	return err
 }
 
 // PublishTemplates creates or updates node's templates ConfigMap.

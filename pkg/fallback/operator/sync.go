@@ -60,9 +60,13 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 	}
 	st.LatestAvailableRevision = latest
 
+	// A node that cannot be installed (its templates missing or broken)
+	// holds the rollout, but what was observed is still written, and the
+	// sync is retried with the error.
+	var installErr error
 	if node, ok := NextInstall(st.NodeStatuses, latest); ok && latest > 0 {
-		if err := o.install(ctx, st, node, event); err != nil {
-			return 0, err
+		if installErr = o.install(ctx, st, node, event); installErr != nil {
+			event(Event{corev1.EventTypeWarning, "InstallFailed", fmt.Sprintf("node %s: revision %d: %v", node, latest, installErr)})
 		}
 	}
 
@@ -72,6 +76,9 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 	o.Metrics.observe(*st)
 	if err := o.updateStatus(ctx, obj, *st); err != nil {
 		return 0, err
+	}
+	if installErr != nil {
+		return 0, installErr
 	}
 	return requeueAfter(rev.RetryIn, st.NodeStatuses), o.prune(ctx, st)
 }

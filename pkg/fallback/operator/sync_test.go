@@ -198,3 +198,28 @@ func TestSync(t *testing.T) {
 		})
 	}
 }
+
+// A node without templates cannot be installed: the sync says so in an
+// Event and its error, and still writes what it observed and decided.
+func TestSyncNodeWithoutTemplates(t *testing.T) {
+	obj := v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{ExtraArgs: []string{"--v=2"}}}
+	f := newSyncFixture(t, time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC), &obj, append(existingRevision(t, 1, nil), mirrorPod("m", 1, 0, true))...)
+	_, err := f.o.Sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "node m has no templates") {
+		t.Errorf("Sync: %v, want the missing templates named", err)
+	}
+	var evs []string
+	for len(f.events.Events) > 0 {
+		evs = append(evs, <-f.events.Events)
+	}
+	if !slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, "Warning InstallFailed node m: revision 2") }) {
+		t.Errorf("events %q lack the failed install", evs)
+	}
+	got, err := f.o.API.Get(context.Background(), v1alpha1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.LatestAvailableRevision != 2 || len(got.Status.NodeStatuses) != 1 || got.Status.NodeStatuses[0].CurrentRevision != 1 {
+		t.Errorf("status not written: %+v", got.Status)
+	}
+}
