@@ -12,6 +12,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 )
 
 // rollouts changes the KubeAPIServer's spec and follows the operator's
@@ -42,24 +43,12 @@ func (r *rollouts) status(ctx context.Context) (*v1alpha1.KubeAPIServer, string)
 	if err != nil {
 		return nil, err.Error()
 	}
-	var s []string
-	for _, ns := range obj.Status.NodeStatuses {
-		s = append(s, fmt.Sprintf("%s at %d (target %d, failed %d %s)", ns.NodeName, ns.CurrentRevision, ns.TargetRevision, ns.LastFailedRevision, ns.LastFailedReason))
-	}
-	return obj, fmt.Sprintf("latest %d: %s", obj.Status.LatestAvailableRevision, strings.Join(s, "; "))
+	return obj, operator.Summary(obj.Status)
 }
 
 // all says whether every server runs revision n with nothing in flight.
 func (r *rollouts) all(obj *v1alpha1.KubeAPIServer, n int32) bool {
-	at := 0
-	for _, ns := range obj.Status.NodeStatuses {
-		for _, name := range r.names {
-			if ns.NodeName == name && ns.CurrentRevision == n && ns.TargetRevision == 0 {
-				at++
-			}
-		}
-	}
-	return at == len(r.names)
+	return operator.AllAt(obj.Status, r.names, n)
 }
 
 // wait polls the status every 250ms until done holds, for at most timeout.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 )
 
 // rollRevisionsAcrossServers is part 5 of the three-server walkthrough: a
@@ -49,24 +50,9 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 		if err != nil {
 			return nil, err.Error()
 		}
-		var s []string
-		for _, ns := range obj.Status.NodeStatuses {
-			s = append(s, fmt.Sprintf("%s current=%d target=%d failed=%d(%s)", ns.NodeName, ns.CurrentRevision, ns.TargetRevision, ns.LastFailedRevision, ns.LastFailedReason))
-		}
-		return obj, fmt.Sprintf("latest %d: %s", obj.Status.LatestAvailableRevision, strings.Join(s, "; "))
+		return obj, operator.Summary(obj.Status)
 	}
-	// every says whether each of the servers runs revision n, nothing in flight.
-	every := func(obj *v1alpha1.KubeAPIServer, n int32) bool {
-		at := 0
-		for _, ns := range obj.Status.NodeStatuses {
-			for _, name := range names {
-				if ns.NodeName == name && ns.CurrentRevision == n && ns.TargetRevision == 0 {
-					at++
-				}
-			}
-		}
-		return at == len(names)
-	}
+	every := func(obj *v1alpha1.KubeAPIServer, n int32) bool { return operator.AllAt(obj.Status, names, n) }
 	var start int32
 	waitFor(t, ctx, 3*time.Minute, "the three servers at one revision of the operator", func() (bool, string) {
 		obj, s := status()

@@ -216,6 +216,27 @@ func SortNodes(nodes []v1alpha1.NodeStatus, names []string) []v1alpha1.NodeStatu
 	return out
 }
 
+// AllAt tells whether every node named runs revision n with nothing in
+// flight: a rollout over them is over.
+func AllAt(st v1alpha1.KubeAPIServerStatus, names []string, n int32) bool {
+	for _, name := range names {
+		i := slices.IndexFunc(st.NodeStatuses, func(ns v1alpha1.NodeStatus) bool { return ns.NodeName == name })
+		if i < 0 || st.NodeStatuses[i].CurrentRevision != n || st.NodeStatuses[i].TargetRevision != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Summary says in one line where each node is, for a log or a waiting test.
+func Summary(st v1alpha1.KubeAPIServerStatus) string {
+	var s []string
+	for _, ns := range st.NodeStatuses {
+		s = append(s, fmt.Sprintf("%s at %d (target %d, failed %d %s)", ns.NodeName, ns.CurrentRevision, ns.TargetRevision, ns.LastFailedRevision, ns.LastFailedReason))
+	}
+	return fmt.Sprintf("latest %d: %s", st.LatestAvailableRevision, strings.Join(s, "; "))
+}
+
 // WithoutNodes is nodes without the statuses of the nodes named in removed.
 func WithoutNodes(nodes []v1alpha1.NodeStatus, removed []string) []v1alpha1.NodeStatus {
 	return slices.DeleteFunc(slices.Clone(nodes), func(ns v1alpha1.NodeStatus) bool { return slices.Contains(removed, ns.NodeName) })

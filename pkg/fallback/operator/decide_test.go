@@ -347,3 +347,26 @@ func TestConditionsInvalidInput(t *testing.T) {
 		}
 	}
 }
+
+func TestAllAt(t *testing.T) {
+	st := v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 4, NodeStatuses: []v1alpha1.NodeStatus{
+		{NodeName: "a", CurrentRevision: 4}, {NodeName: "b", CurrentRevision: 4}, {NodeName: "c", CurrentRevision: 3, TargetRevision: 4}}}
+	for _, c := range []struct {
+		names []string
+		n     int32
+		want  bool
+	}{
+		{[]string{"a", "b"}, 4, true},
+		{[]string{"a", "b", "c"}, 4, false}, // c is still rolling
+		{[]string{"a", "missing"}, 4, false},
+		{[]string{"a"}, 3, false},
+		{nil, 4, true},
+	} {
+		if got := AllAt(st, c.names, c.n); got != c.want {
+			t.Errorf("AllAt(%v, %d) = %v", c.names, c.n, got)
+		}
+	}
+	if s := Summary(st); !strings.Contains(s, "latest 4: a at 4 (target 0, failed 0 )") || !strings.Contains(s, "c at 3 (target 4") {
+		t.Errorf("Summary: %q", s)
+	}
+}
