@@ -131,6 +131,12 @@ func TestNodeAgent(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Spec: corev1.PodSpec{RuntimeClassName: testenv.HostRoot(), NodeName: o.NodeName, Containers: []corev1.Container{{
 			Name: "c", Image: "local", Command: []string{"sleep", "3601"},
 		}}}}
+		// The count is machine-wide: a "sleep 3601" a killed earlier run
+		// left would pass for the survivor and make a second one look
+		// like a duplicate.
+		if n := countProcesses("sleep\x003601"); n != 0 {
+			t.Fatalf("%d processes \"sleep 3601\" run before the test starts one (left by an earlier run?): the count would be wrong; kill them", n)
+		}
 		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -106,10 +106,18 @@ func (w *resumingWatch) Read(p []byte) (int, error) {
 // API server that shuts down (a rollout, a restart) ends its watches so,
 // and kubectl get -w would end with them. A watch that asked for an end
 // (timeoutSeconds) ends; so does one whose last event was an ERROR (the
-// server's answer, which it would give again), and one that a server ends
-// again within a second of resuming it, without an event in between.
+// server's answer, which it would give again), one with no exact position
+// to go on from (no event with a resourceVersion, and none asked for), and
+// one that a server ends again within a second of resuming it, without an
+// event in between.
 func (w *resumingWatch) resumeAtEnd() bool {
-	if w.lastError || w.req.URL.Query().Get("timeoutSeconds") != "" {
+	q := w.req.URL.Query()
+	if w.lastError || q.Get("timeoutSeconds") != "" {
+		return false
+	}
+	// Only from an exact position: a watch from "" or "0" opened again
+	// would start from now, or replay every object as ADDED.
+	if rv := q.Get("resourceVersion"); w.lastRV == "" && (rv == "" || rv == "0") {
 		return false
 	}
 	return w.eventsSince > 0 || w.resumedAt.IsZero() || time.Since(w.resumedAt) > time.Second
