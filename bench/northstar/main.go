@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
 func main() {
@@ -101,12 +102,19 @@ func run(ctx context.Context, settle time.Duration) error {
 		fmt.Printf("  up in %.1fs\n", up.AllReady.Seconds())
 	}
 	kubeconfig := filepath.Join(dataDir(0), "admin.kubeconfig")
-	w, err := startWorkload(ctx, bin, kubeconfig)
+	// One client configuration for the workload and the rollouts: the
+	// admin kubeconfig, with every server as an alternative.
+	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 10 * time.Second
+	w, err := startWorkload(ctx, bin, kubeconfig, cfg)
 	if err != nil {
 		return err
 	}
 	defer w.close()
-	r, err := newRollouts(ctx, kubeconfig, names)
+	r, err := newRollouts(cfg, names)
 	if err != nil {
 		return err
 	}

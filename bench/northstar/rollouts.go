@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 )
@@ -24,12 +24,7 @@ type rollouts struct {
 	at int32
 }
 
-func newRollouts(ctx context.Context, kubeconfig string, names []string) (*rollouts, error) {
-	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = 10 * time.Second
+func newRollouts(cfg *rest.Config, names []string) (*rollouts, error) {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
 
 // namespace holds the workload's objects.
@@ -48,12 +48,7 @@ type result struct {
 	kubectlErr                       string
 }
 
-func startWorkload(ctx context.Context, bin, kubeconfig string) (*workload, error) {
-	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = 10 * time.Second
+func startWorkload(ctx context.Context, bin, kubeconfig string, cfg *rest.Config) (*workload, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
