@@ -4,6 +4,7 @@ import (
 	"context"
 	goflag "flag"
 	"fmt"
+	"io"
 	"maps"
 	stdnet "net"
 	"os"
@@ -13,11 +14,15 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/clusterdns"
+	"github.com/steadyplane/steadyplane/pkg/controlplane"
 	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
@@ -117,7 +122,8 @@ func newContainerExitedCommand() *cobra.Command {
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	o := agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true, ResolverConfig: "/etc/resolv.conf"}
-	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile, server, token, tokenFile string
+	var kubeconfig, runtimeMode, imageStore, imageImportDir, registriesFile, server, token, tokenFile, proxyMode string
+	proxy := true
 	evictionHard := maps.Clone(agent.DefaultEvictionHard)
 	apiPort := 10250
 	net := podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}
@@ -177,12 +183,20 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
+			var proxyKubeconfig string
 			if server != "" {
+				// Static pods name their files by absolute path.
+				root, err := filepath.Abs(o.RootDir)
+				if err != nil {
+					return err
+				}
+				o.RootDir = root
 				creds, err := bootstrapWorker(ctx, cmd, server, token, tokenFile, o)
 				if err != nil {
 					return err
 				}
 				kubeconfig, o.TLSCertFile, o.TLSKeyFile, o.ClientCAFile, net.PodCIDR = creds.Kubeconfig, creds.CertFile, creds.KeyFile, creds.CAFile, creds.PodCIDR
+				proxyKubeconfig = creds.ProxyKubeconfig
 			} else if kubeconfig == "" {
 				return fmt.Errorf("--kubeconfig, or --server with --token or --token-file, is required")
 			}
@@ -200,6 +214,11 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 			}
 			if err := setUpImages(&o, imageStore, imageImportDir, registriesFile); err != nil {
 				return err
+			}
+			if server != "" {
+				if err := setUpWorker(ctx, cmd, &o, cfg, workerAddOns{proxy: proxy, proxyMode: proxyMode, proxyKubeconfig: proxyKubeconfig}); err != nil {
+					return err
+				}
 			}
 			if o.EvictionHard, err = agent.ParseEvictionHard(evictionHard); err != nil {
 				return err
@@ -251,9 +270,11 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
-	fs.StringVar(&server, "server", "", "Join the cluster of this API server (https://host:port) as a worker: the node asks for its client and serving certificates (TLS bootstrapping, kept in <root-dir>/bootstrap) with --token or --token-file, instead of --kubeconfig and --tls-*; its pods get the range the controller manager allocates to its Node.")
+	fs.StringVar(&server, "server", "", "Join the cluster of this API server (https://host:port) as a worker: the node asks for its client and serving certificates (TLS bootstrapping, kept in <root-dir>/bootstrap) with --token or --token-file, instead of --kubeconfig and --tls-*; its pods get the range the controller manager allocates to its Node; it runs kube-proxy as a static pod (--proxy) and takes the cluster DNS's address and domain from the kube-dns Service.")
 	fs.StringVar(&token, "token", "", "Join token, as a server's up writes it in <data-dir>/token; it pins the cluster's CA.")
 	fs.StringVar(&tokenFile, "token-file", "", "File holding the join token (safer than --token, which other users can see in the process list).")
+	fs.BoolVar(&proxy, "proxy", proxy, "With --server: run kube-proxy as a static pod (with the node's credentials), so that Services' cluster IPs route on this node (needs the runc runtime, as root).")
+	fs.StringVar(&proxyMode, "proxy-mode", controlplane.ProxyModeAuto, "kube-proxy's mode: auto (nftables on Linux 5.13 or later with nft, else iptables), nftables or iptables.")
 	return cmd
 }
 
@@ -277,6 +298,108 @@ func bootstrapWorker(ctx context.Context, cmd *cobra.Command, server, token, tok
 	out := cmd.OutOrStdout()
 	return join.Bootstrap(ctx, join.Worker{Server: server, Token: tok, Dir: filepath.Join(o.RootDir, "bootstrap"), NodeName: o.NodeName, NodeIP: o.NodeIP,
 		Logf: func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }})
+}
+
+// workerAddOns are what a worker runs besides its pods: kube-proxy and
+// the cluster DNS's settings.
+type workerAddOns struct {
+	proxy                      bool
+	proxyMode, proxyKubeconfig string
+}
+
+// setUpWorker gives a worker node (node --server) what a server's up
+// gives its node: kube-proxy as a static pod of its own agent, and the
+// cluster's DNS for its ClusterFirst pods with the image CoreDNS runs
+// from (its pods may be scheduled here).
+func setUpWorker(ctx context.Context, cmd *cobra.Command, o *agent.Options, cfg *rest.Config, add workerAddOns) error {
+	out := cmd.OutOrStdout()
+	if os.Geteuid() != 0 || !o.Runtime.Isolated() {
+		fmt.Fprintln(out, "WARNING: no kube-proxy and no cluster DNS on this node: they need the runc runtime, as root; Services' cluster IPs do not route here")
+		return setUpWorkerProxy(out, o, false, "", "", "")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// Static pods and the DNS image use a copy that outlives this
+	// binary's path.
+	binary, err := controlplane.InstallBinary(self, filepath.Join(o.RootDir, "bin"))
+	if err != nil {
+		return err
+	}
+	if err := setUpWorkerProxy(out, o, add.proxy, add.proxyMode, add.proxyKubeconfig, binary); err != nil {
+		return err
+	}
+	if len(o.ClusterDNS) == 0 {
+		if !add.proxy {
+			// Its address is a cluster IP, which nothing would route here.
+			fmt.Fprintf(out, "no cluster DNS without kube-proxy (--proxy=false); give --cluster-dns for another proxy; ClusterFirst pods resolve with %s\n", o.ResolverConfig)
+			return nil
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ip, domain, found, err := clusterdns.Find(fctx, client)
+		cancel()
+		switch {
+		case err != nil:
+			// The node runs its pods all the same; they lack the
+			// cluster's names until a restart finds them.
+			klog.ErrorS(err, "Reading the cluster's DNS; ClusterFirst pods fall back to Default (MissingClusterDNS)")
+			fmt.Fprintf(out, "WARNING: no cluster DNS: %v; ClusterFirst pods resolve with %s until the node agent starts again (or give --cluster-dns)\n", err, o.ResolverConfig)
+			return nil
+		case !found:
+			fmt.Fprintf(out, "no cluster DNS: the cluster has no %s/%s Service; ClusterFirst pods resolve with %s\n", clusterdns.Namespace, clusterdns.ServiceName, o.ResolverConfig)
+			return nil
+		}
+		o.ClusterDNS = []stdnet.IP{stdnet.ParseIP(ip)}
+		if o.ClusterDomain == "" {
+			o.ClusterDomain = domain
+		}
+	}
+	// CoreDNS's pods may be scheduled here.
+	progressf := func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }
+	ref, archive, err := controlplane.DNSImage(binary, filepath.Join(o.RootDir, "dns-image"), progressf)
+	if err != nil {
+		return err
+	}
+	if _, ok, err := o.Images.Get(ref); err != nil || !ok {
+		if _, err := o.Images.Import(archive, images.UnpackOptions{}); err != nil {
+			return fmt.Errorf("importing the DNS image %s: %w", archive, err)
+		}
+	}
+	fmt.Fprintf(out, "cluster DNS: %s, domain %s (image %s)\n", o.ClusterDNS[0], o.ClusterDomain, ref)
+	return nil
+}
+
+// setUpWorkerProxy writes kube-proxy's static pod into the manifest
+// directory (default <root-dir>/manifests, which it then watches), or
+// without it removes the one an earlier start wrote there.
+func setUpWorkerProxy(out io.Writer, o *agent.Options, proxy bool, mode, kubeconfig, binary string) error {
+	defaultDir := filepath.Join(o.RootDir, "manifests")
+	if !proxy {
+		if err := os.Remove(filepath.Join(defaultDir, "kube-proxy.yaml")); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	if o.PodManifestPath == "" {
+		o.PodManifestPath = defaultDir
+	}
+	if err := os.MkdirAll(o.PodManifestPath, 0o700); err != nil {
+		return err
+	}
+	chosen, warning, err := controlplane.WorkerProxy(o.PodManifestPath, binary, mode, kubeconfig, o.NodeName, o.NodeIP)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		fmt.Fprintf(out, "WARNING: %s\n", warning)
+	}
+	fmt.Fprintf(out, "kube-proxy (%s mode) runs as a static pod: %s\n", chosen, filepath.Join(o.PodManifestPath, "kube-proxy.yaml"))
+	return nil
 }
 
 // logRotation is how container logs are rotated.

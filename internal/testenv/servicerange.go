@@ -10,7 +10,19 @@ import (
 // after a proxy's DNAT, so rewritten packets pass) and returns the undo.
 // It refuses a range that a route on the machine already uses.
 func DropServiceRange(cidr string) (func(), error) {
-	out, err := exec.Command("ip", "-4", "route", "show", "match", cidr).Output()
+	return dropServiceRange(exec.Command, cidr)
+}
+
+// DropServiceRange is testenv.DropServiceRange on host i, whose packet
+// filter and routes are its own.
+func (nw *Network) DropServiceRange(i int, cidr string) (func(), error) {
+	return dropServiceRange(func(name string, args ...string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"--net=/run/netns/" + nw.Hosts[i].Namespace, "--", name}, args...)...)
+	}, cidr)
+}
+
+func dropServiceRange(command func(string, ...string) *exec.Cmd, cidr string) (func(), error) {
+	out, err := command("ip", "-4", "route", "show", "match", cidr).Output()
 	if err != nil {
 		return nil, fmt.Errorf("ip route show match %s: %w", cidr, err)
 	}
@@ -24,11 +36,11 @@ func DropServiceRange(cidr string) (func(), error) {
 	var added []string
 	undo := func() {
 		for _, chain := range added {
-			_ = exec.Command("iptables", append([]string{"-D", chain}, rule...)...).Run()
+			_ = command("iptables", append([]string{"-D", chain}, rule...)...).Run()
 		}
 	}
 	for _, chain := range []string{"OUTPUT", "FORWARD"} {
-		if out, err := exec.Command("iptables", append([]string{"-I", chain}, rule...)...).CombinedOutput(); err != nil {
+		if out, err := command("iptables", append([]string{"-I", chain}, rule...)...).CombinedOutput(); err != nil {
 			undo()
 			return nil, fmt.Errorf("iptables -I %s: %v: %s", chain, err, out)
 		}

@@ -48,7 +48,14 @@ func Start(t *testing.T, bin, dataDir string, ports []int, extra ...string) *Up 
 // test's cleanup kills it if it still runs.
 func StartCommand(t *testing.T, prefix, name string, args ...string) *Up {
 	t.Helper()
-	cmd := exec.Command(name, args...)
+	return StartCmd(t, prefix, exec.Command(name, args...))
+}
+
+// StartCmd is StartCommand for a command prepared by the caller (its
+// working directory or environment); its output must not be set.
+func StartCmd(t *testing.T, prefix string, cmd *exec.Cmd) *Up {
+	t.Helper()
+	args := cmd.Args[1:]
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -49,11 +49,23 @@ func installKubeletClientAccess(c *genericapiserver.Config, certFile string) err
 // other nodes' pod ranges through their addresses (podnet.PeerRoutes).
 const NodePeersRole = "steadyplane:node-peers"
 
-// nodePeersAccess are NodePeersRole and its binding to the group of nodes.
+// NodeProxierBinding binds upstream's system:node-proxier ClusterRole
+// (watch Services, Endpoints, EndpointSlices, ServiceCIDRs and Nodes;
+// write Events) to the group of nodes: a worker's kube-proxy runs with its
+// node's credentials, as it holds no other (upstream binds the role to
+// system:kube-proxy alone, under the role's name). A node so reads what
+// upstream's kube-proxy DaemonSet token reads on every node.
+const NodeProxierBinding = "steadyplane:node-proxier"
+
+// nodePeersAccess are NodePeersRole and NodeProxierBinding, bound to the
+// group of nodes.
 func nodePeersAccess() []any {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: NodePeersRole, Labels: rbacutil.ManagedBy},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
-	return []any{role, rbacutil.GroupBinding(NodePeersRole, user.NodesGroup)}
+	proxier := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: NodeProxierBinding, Labels: rbacutil.ManagedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: user.NodesGroup}}}
+	return []any{role, rbacutil.GroupBinding(NodePeersRole, user.NodesGroup), proxier}
 }
 
 // installRBAC adds a post-start hook named hook that makes objs

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -90,4 +91,26 @@ func Ready(ctx context.Context, client kubernetes.Interface) (bool, string) {
 		}
 	}
 	return false, "service " + ServiceName + " has no ready endpoint"
+}
+
+// Find returns the cluster DNS's address (the kube-dns Service's) and the
+// cluster's domain (DomainAnnotation; cluster.local on a Service made by an
+// earlier steadyplane, which did not write it), as a worker's node agent
+// needs them for its ClusterFirst pods; found is false when the cluster
+// runs no DNS.
+func Find(ctx context.Context, client kubernetes.Interface) (ip, domain string, found bool, err error) {
+	svc, err := client.CoreV1().Services(Namespace).Get(ctx, ServiceName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "", false, nil
+	case err != nil:
+		return "", "", false, fmt.Errorf("service %s/%s: %w", Namespace, ServiceName, err)
+	case svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		return "", "", false, fmt.Errorf("service %s/%s has no cluster IP", Namespace, ServiceName)
+	}
+	domain = svc.Annotations[DomainAnnotation]
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	return svc.Spec.ClusterIP, domain, true, nil
 }

@@ -42,6 +42,10 @@ const (
 	RoleName = "system:coredns"
 	// AppLabel selects the CoreDNS pods (k8s-app: kube-dns, as upstream).
 	AppLabel = "kube-dns"
+	// DomainAnnotation on the kube-dns Service is the cluster's domain: a
+	// worker's node agent, which gets no cluster settings, reads the
+	// Service's address and this (Find).
+	DomainAnnotation = "steadyplane.io/cluster-domain"
 )
 
 // Ports CoreDNS listens on in its pod.
@@ -247,7 +251,7 @@ func Objects(c Config) ([]any, error) {
 	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace,
 			Labels:      map[string]string{"k8s-app": AppLabel, "kubernetes.io/name": "CoreDNS", "app.kubernetes.io/managed-by": "steadyplane"},
-			Annotations: map[string]string{"prometheus.io/port": fmt.Sprint(MetricsPort), "prometheus.io/scrape": "true"}},
+			Annotations: map[string]string{"prometheus.io/port": fmt.Sprint(MetricsPort), "prometheus.io/scrape": "true", DomainAnnotation: c.Domain}},
 		Spec: corev1.ServiceSpec{
 			Selector: selector, ClusterIP: c.ServiceIP,
 			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt(53)},

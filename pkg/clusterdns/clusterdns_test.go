@@ -126,6 +126,9 @@ func TestObjects(t *testing.T) {
 		ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet.Path != "/ready" || *ctr.SecurityContext.ReadOnlyRootFilesystem != true {
 		t.Errorf("CoreDNS pod %+v", pod)
 	}
+	if svc.Annotations[DomainAnnotation] != "cluster.local" {
+		t.Errorf("the Service does not name the cluster's domain for workers: %v", svc.Annotations)
+	}
 	if svc.Spec.ClusterIP != "10.96.0.10" || svc.Name != ServiceName || svc.Spec.Selector["k8s-app"] != AppLabel || deploy.Spec.Template.Labels["k8s-app"] != AppLabel {
 		t.Errorf("Service %+v", svc.Spec)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,24 +77,9 @@ func (cp *ControlPlane) prepareDNS() error {
 		return fmt.Errorf("installing the binary for the DNS image: %w", err)
 	}
 	cp.bin = bin // the static pods run the same copy
-	tag := strings.TrimPrefix(filepath.Base(bin), "steadyplane-")
-	ref := "steadyplane.io/steadyplane:" + tag
-	importDir := filepath.Join(cp.dataDir, "images")
-	archive := filepath.Join(importDir, "steadyplane-"+tag+".tar")
-	if _, err := os.Stat(archive); err != nil {
-		start := time.Now()
-		cp.progressf("cluster DNS: writing the image %s (this binary) into %s", ref, importDir)
-		if err := images.WriteExecutableArchive(bin, "/usr/local/bin/steadyplane", ref, archive); err != nil {
-			return fmt.Errorf("the DNS image: %w", err)
-		}
-		cp.progressf("cluster DNS: image written in %.1fs", time.Since(start).Seconds())
-	}
-	// Images of earlier binaries would be imported at every start.
-	old, _ := filepath.Glob(filepath.Join(importDir, "steadyplane-*.tar"))
-	for _, o := range old {
-		if o != archive {
-			_ = os.Remove(o)
-		}
+	ref, _, err := DNSImage(bin, filepath.Join(cp.dataDir, "images"), cp.progressf)
+	if err != nil {
+		return err
 	}
 	// CoreDNS reaches the API server at the address it publishes, failing
 	// over between every server listed (one, until more join), not
@@ -105,11 +91,50 @@ func (cp *ControlPlane) prepareDNS() error {
 	return nil
 }
 
+// DNSImage writes the image CoreDNS runs from into importDir, where the
+// node agent imports images at start: binary (InstallBinary's copy) as
+// steadyplane.io/steadyplane:<its hash>, so that every node of one
+// steadyplane release has the image the Deployment names. An archive
+// written before is kept, and those of earlier binaries removed (they
+// would be imported at every start).
+func DNSImage(binary, importDir string, progressf func(string, ...any)) (ref, archive string, err error) {
+	tag := strings.TrimPrefix(filepath.Base(binary), "steadyplane-")
+	ref = "steadyplane.io/steadyplane:" + tag
+	archive = filepath.Join(importDir, "steadyplane-"+tag+".tar")
+	if _, err := os.Stat(archive); err != nil {
+		start := time.Now()
+		progressf("cluster DNS: writing the image %s (this binary) into %s", ref, importDir)
+		if err := images.WriteExecutableArchive(binary, "/usr/local/bin/steadyplane", ref, archive); err != nil {
+			return "", "", fmt.Errorf("the DNS image: %w", err)
+		}
+		progressf("cluster DNS: image written in %.1fs", time.Since(start).Seconds())
+	}
+	old, _ := filepath.Glob(filepath.Join(importDir, "steadyplane-*.tar"))
+	for _, o := range old {
+		if o != archive {
+			_ = os.Remove(o)
+		}
+	}
+	return ref, archive, nil
+}
+
 // applyDNS writes the DNS's objects into the API.
 func (cp *ControlPlane) applyDNS(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
+	}
+	// The API servers that serve now (what this server saved may hold
+	// servers gone since, a cluster reset's among them), in one order:
+	// servers of one release that see the same list write the same
+	// Deployment.
+	alts := cp.alternatives()
+	if live, err := listServers(ctx, client); err == nil && len(live) > 0 && len(alts) > 0 {
+		alts = MergeServers(alts[0], live) // a joining server may not be listed yet
+	}
+	if len(alts) > 1 {
+		slices.Sort(alts)
+		cp.dns.APIServer, cp.dns.Alternatives = "https://"+alts[0], alts
 	}
 	cp.progressf("starting cluster DNS (CoreDNS, Deployment %s/%s, Service %s %s)", clusterdns.Namespace, clusterdns.Name, clusterdns.ServiceName, cp.dns.ServiceIP)
 	objs, err := clusterdns.Objects(*cp.dns)

@@ -202,10 +202,7 @@ func (cp *ControlPlane) Components(binary string) []Component {
 			HostPaths: []HostPath{pki, {Path: kubeconfig, ReadOnly: true}}})
 	}
 	if cp.Proxy != nil {
-		// iptables mode takes the host's xtables lock, as every iptables
-		// user on the machine does.
-		list = append(list, Component{Name: proxyComponent, Binary: binary, Args: cp.Proxy.Args, Privileged: true,
-			HostPaths: []HostPath{{Path: filepath.Join(cp.dataDir, "kube-proxy.kubeconfig"), ReadOnly: true}, {Path: "/run/xtables.lock", File: true}}})
+		list = append(list, proxyPod(binary, cp.Proxy.Args, filepath.Join(cp.dataDir, "kube-proxy.kubeconfig")))
 	}
 	if cp.Readiness != nil {
 		list = append(list, Component{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,

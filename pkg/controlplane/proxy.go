@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,9 +30,16 @@ const (
 const proxyComponent = "kube-proxy"
 
 // ProxyUser is kube-proxy's identity: upstream's bootstrap policy binds it
-// to the system:node-proxier ClusterRole (read Services, EndpointSlices and
-// Nodes; write Events), and nothing more.
+// to the system:node-proxier ClusterRole (watch Services, Endpoints,
+// EndpointSlices, ServiceCIDRs and Nodes; write Events), and nothing more.
 const ProxyUser = "system:kube-proxy"
+
+// kube-proxy's ports by default, as upstream's: /healthz on the node's
+// address, metrics on 127.0.0.1.
+const (
+	DefaultProxyHealthzPort = 10256
+	DefaultProxyMetricsPort = 10249
+)
 
 // nftablesMinKernel is the oldest kernel kube-proxy's nftables mode
 // accepts (upstream checks for 5.13).
@@ -106,7 +114,9 @@ type Proxy struct {
 	// Mode is nftables or iptables.
 	Mode string
 	// ClusterCIDR is the pods' range: traffic from outside it to a
-	// Service is masqueraded.
+	// Service is masqueraded. Empty takes the node's own pod range
+	// (spec.podCIDR) as what is local: a worker does not know the
+	// cluster's.
 	ClusterCIDR string
 	// NodeIP is the Node's InternalIP: /healthz listens there (not on
 	// every address, as upstream's default), where the readiness
@@ -122,12 +132,16 @@ type Proxy struct {
 // (0 means "do not change"): a laptop's kernel tables are not the
 // cluster's to retune.
 func ProxyArgs(p Proxy) []string {
+	local := "--cluster-cidr=" + p.ClusterCIDR
+	if p.ClusterCIDR == "" {
+		local = "--detect-local-mode=NodeCIDR"
+	}
 	return []string{
 		"proxy",
 		"--kubeconfig=" + p.Kubeconfig,
 		"--hostname-override=" + p.NodeName,
 		"--proxy-mode=" + p.Mode,
-		"--cluster-cidr=" + p.ClusterCIDR,
+		local,
 		// Node ports on the node's address only, in either mode
 		// (iptables mode would open them on every address, loopback
 		// and the LAN's included).
@@ -150,9 +164,7 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 	if pids := otherProxies(cp.dataDir); len(pids) > 0 {
 		return fmt.Errorf("another kube-proxy runs in this network namespace (pid %v): two would overwrite each other's rules in the machine's packet filter; stop it, or pass --proxy=false (and --dns=false)", pids)
 	}
-	_, nftErr := lookPath("nft")
-	_, iptErr := lookPath("iptables-restore")
-	mode, warning, err := ChooseProxyMode(cp.opts.ProxyMode, kernelRelease(), nftErr == nil, iptErr == nil)
+	mode, warning, err := chooseProxyModeHere(cp.opts.ProxyMode, lookPath)
 	if err != nil {
 		return err
 	}
@@ -170,6 +182,42 @@ func (cp *ControlPlane) prepareProxy(lookPath func(string) (string, error)) erro
 			NodeIP: cp.nodeIP(), HealthzPort: cp.opts.ProxyHealthzPort, MetricsPort: cp.opts.ProxyMetricsPort})}
 	cp.proxyMode = mode
 	return nil
+}
+
+// chooseProxyModeHere is ChooseProxyMode for this machine's kernel and programs.
+func chooseProxyModeHere(requested string, lookPath func(string) (string, error)) (mode, warning string, err error) {
+	_, nftErr := lookPath("nft")
+	_, iptErr := lookPath("iptables-restore")
+	return ChooseProxyMode(requested, kernelRelease(), nftErr == nil, iptErr == nil)
+}
+
+// proxyPod is kube-proxy's static pod: privileged (it programs the
+// node's packet filter), its kubeconfig read-only, and the host's
+// xtables lock, which iptables mode takes as every iptables user on the
+// machine does.
+func proxyPod(binary string, args []string, kubeconfig string) Component {
+	return Component{Name: proxyComponent, Binary: binary, Args: args, Privileged: true,
+		HostPaths: []HostPath{{Path: kubeconfig, ReadOnly: true}, {Path: "/run/xtables.lock", File: true}}}
+}
+
+// WorkerProxy writes kube-proxy's static pod for a worker node (steadyplane
+// node --server) into manifestDir: it runs binary with the node's own
+// credentials in kubeconfig (the API servers bind system:node-proxier to
+// the group of nodes), and takes the node's pod range as local. mode is
+// auto, nftables or iptables; the mode chosen and a warning about it
+// come back. A kube-proxy of another program in this network namespace is
+// refused: the two would overwrite each other's rules.
+func WorkerProxy(manifestDir, binary, mode, kubeconfig, nodeName, nodeIP string) (chosen, warning string, err error) {
+	if pids := otherProxies(filepath.Dir(kubeconfig)); len(pids) > 0 {
+		return "", "", fmt.Errorf("another kube-proxy runs in this network namespace (pid %v): two would overwrite each other's rules in the machine's packet filter; stop it, or pass --proxy=false", pids)
+	}
+	chosen, warning, err = chooseProxyModeHere(mode, exec.LookPath)
+	if err != nil {
+		return "", "", err
+	}
+	args := ProxyArgs(Proxy{Kubeconfig: kubeconfig, NodeName: nodeName, Mode: chosen, NodeIP: nodeIP,
+		HealthzPort: DefaultProxyHealthzPort, MetricsPort: DefaultProxyMetricsPort})
+	return chosen, warning, WriteManifest(manifestDir, proxyPod(binary, args, kubeconfig).Pod())
 }
 
 // WaitProxyReady waits until kube-proxy's /healthz answers 200, which it

@@ -83,6 +83,29 @@ func TestProxyArgs(t *testing.T) {
 	if args[0] != "proxy" {
 		t.Errorf("the subcommand comes first: %v", args)
 	}
+	// A worker does not know the cluster's pod range: its own is local.
+	worker := ProxyArgs(Proxy{Kubeconfig: "/w/kube-proxy.kubeconfig", NodeName: "w1", Mode: "iptables", NodeIP: "10.0.0.4", HealthzPort: 10256, MetricsPort: 10249})
+	if !slices.Contains(worker, "--detect-local-mode=NodeCIDR") || slices.ContainsFunc(worker, func(a string) bool { return strings.HasPrefix(a, "--cluster-cidr") }) {
+		t.Errorf("a worker's kube-proxy args: %v; want --detect-local-mode=NodeCIDR and no --cluster-cidr", worker)
+	}
+}
+
+// TestProxyPod checks kube-proxy's static pod, on a server and a worker:
+// privileged, on the host's network, its kubeconfig read-only.
+func TestProxyPod(t *testing.T) {
+	pod := proxyPod("/d/bin/steadyplane-0123", []string{"proxy", "--kubeconfig=/w/kube-proxy.kubeconfig"}, "/w/kube-proxy.kubeconfig").Pod()
+	c := pod.Spec.Containers[0]
+	if pod.Name != "kube-proxy" || !pod.Spec.HostNetwork || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Fatalf("kube-proxy's pod: %+v", pod)
+	}
+	var kubeconfigRO, lock bool
+	for _, m := range c.VolumeMounts {
+		kubeconfigRO = kubeconfigRO || m.MountPath == "/w/kube-proxy.kubeconfig" && m.ReadOnly
+		lock = lock || m.MountPath == "/run/xtables.lock" && !m.ReadOnly
+	}
+	if !kubeconfigRO || !lock {
+		t.Errorf("kube-proxy's mounts: %+v; want its kubeconfig read-only and the xtables lock", c.VolumeMounts)
+	}
 }
 
 func TestNodeResolvConf(t *testing.T) {

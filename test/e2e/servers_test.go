@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,18 +39,29 @@ const haClusterCIDR = "10.216.0.0/16"
 
 // server is one "up" on a test host.
 type server struct {
-	name, ip, dataDir string
-	up                *testup.Up
+	// host is its host name, name its Node's (the first server's is up's
+	// default, a joining server's its host name).
+	host, name, ip, dir, dataDir string
+	up                           *testup.Up
 }
 
 func (s *server) kubeconfig() string { return filepath.Join(s.dataDir, "admin.kubeconfig") }
 func (s *server) url() string        { return "https://" + s.ip + ":6443" }
 
-// TestThreeServersNoLoadBalancer joins two servers to the first one's
-// cluster with its token (both at once: etcd takes one learner at a time),
-// refuses a wrong token without a trace, spreads a Deployment over the
-// three nodes, and kills the server the admin kubeconfig names, then its
-// whole host: steadyplane kubectl and a client-go program go on.
+// TestThreeServersNoLoadBalancer runs the README's "Three servers, no load
+// balancer" walkthrough verbatim, each command on the host its comments
+// name (a network namespace with a host name of its own: host N is the
+// test network's Nth address where the README says 10.0.0.N, and runs in
+// a directory of its own, where .steadyplane is its data directory). It
+// adds only what this machine needs to the commands that run a node: the
+// runc runtime, a resolver file with no nameserver, pod ranges no route
+// uses, and the worker's directory and images. Between the
+// walkthrough's steps it refuses a wrong token without a trace, joins two
+// servers at once (etcd takes one learner at a time), spreads a Deployment
+// over the four nodes (which reach each other's pods, and Services and
+// their names from the worker), rolls revisions, black-holes a server, and kills the
+// server the admin kubeconfig names, then its whole host: steadyplane
+// kubectl and a client-go program go on.
 func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs three steadyplane up")
@@ -56,6 +70,10 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	testimage.RequireBusybox(t)
 	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.216.") {
 		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", haClusterCIDR, err)
+	}
+	walk, err := parseThreeServers(testup.ReadmeBlock(t, "Three servers, no load balancer"))
+	if err != nil {
+		t.Fatalf("the README's walkthrough: %v", err)
 	}
 	bin, err := testenv.Binary()
 	if err != nil {
@@ -69,13 +87,41 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	}
 	t.Cleanup(nw.Close)
 	work := t.TempDir()
+	// The walkthrough's commands say "steadyplane".
+	pathDir := filepath.Join(work, "bin")
+	if err := os.MkdirAll(pathDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, filepath.Join(pathDir, "steadyplane")); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "HOME="+work)
 	resolv := filepath.Join(work, "resolv.conf")
 	if err := os.WriteFile(resolv, []byte("# no nameserver: nothing resolved off the machine\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	upExtra := []string{"--runtime", "runc", "--resolv-conf", resolv, "--cluster-cidr", haClusterCIDR, "--pod-cidr", "10.216.0.0/24"}
+	// hostCmd is a walkthrough's command line run on host i, in its
+	// directory, until ctx ends (the test's own context would kill what
+	// runs until the cleanups stop it).
+	hostCmd := func(ctx context.Context, i int, line string, extra ...string) *exec.Cmd {
+		words := strings.Fields(walk.onHosts(line, nw))
+		host := fmt.Sprintf("s%d", i+1)
+		if i == walk.worker.host {
+			host = fmt.Sprintf("w%d", i+1)
+		}
+		name, args := nw.NSEnter(i, host, words[0], append(words[1:], extra...)...)
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir, cmd.Env = filepath.Join(work, fmt.Sprintf("host%d", i+1)), env
+		return cmd
+	}
 	servers := make([]*server, 3)
 	for i := range servers {
-		s := &server{name: fmt.Sprintf("s%d", i), ip: nw.Hosts[i].IP.String(), dataDir: filepath.Join(work, fmt.Sprintf("s%d", i), "sp")}
+		s := &server{host: fmt.Sprintf("s%d", i+1), name: fmt.Sprintf("s%d", i+1), ip: nw.Hosts[i].IP.String(), dir: filepath.Join(work, fmt.Sprintf("host%d", i+1))}
+		if i == 0 {
+			s.name = "steadyplane"
+		}
+		s.dataDir = filepath.Join(s.dir, ".steadyplane")
 		servers[i] = s
 		if err := os.MkdirAll(filepath.Join(s.dataDir, "images"), 0o700); err != nil {
 			t.Fatal(err)
@@ -86,22 +132,34 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 		t.Cleanup(func() {
 			keepLogs(t, s.name, s.dataDir)
 			testenv.CleanNode(filepath.Join(s.dataDir, "node"))
-			name, args := nw.NSEnter(i, s.name, bin, "cleanup", "--data-dir", s.dataDir)
+			name, args := nw.NSEnter(i, s.host, bin, "cleanup", "--data-dir", s.dataDir)
 			_ = exec.Command(name, args...).Run()
 		})
 	}
-	upArgs := func(s *server, extra ...string) []string {
-		// No cluster DNS: TestServices covers it, and CI's time is short.
-		return append([]string{"up", "--data-dir", s.dataDir, "--bind-address", s.ip, "--node-name", s.name, "--runtime", "runc",
-			"--resolv-conf", resolv, "--cluster-cidr", haClusterCIDR, "--pod-cidr", "10.216.0.0/24", "--dns=false"}, extra...)
+	// start runs the walkthrough's up line on server i.
+	start := func(i int, line string) {
+		servers[i].up = testup.StartCmd(t, servers[i].name, hostCmd(context.Background(), i, line, upExtra...))
 	}
-	start := func(i int, extra ...string) {
-		name, args := nw.NSEnter(i, servers[i].name, bin, upArgs(servers[i], extra...)...)
-		servers[i].up = testup.StartCommand(t, servers[i].name, name, args...)
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err == nil {
+			err = os.WriteFile(to, b, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	voters := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, n+" learner=false")
+		}
+		slices.Sort(out)
+		return out
 	}
 
 	begun := time.Now()
-	start(0)
+	start(0, walk.first.line)
 	servers[0].up.WaitUp(t, 5*time.Minute)
 	t.Logf("first server up in %.1fs", time.Since(begun).Seconds())
 	tokenPath := filepath.Join(servers[0].dataDir, "token")
@@ -116,7 +174,6 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	// A wrong secret, then a token that pins another CA: refused, with a
 	// clear error, before anything is written anywhere.
 	wrongSecret := tok
@@ -162,17 +219,19 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 		t.Fatalf("etcd members after the refused joins: %v, %v; want the first alone", members, err)
 	}
 
-	// Two servers join at once.
+	// Two servers join at once, each with a copy of the token.
 	begun = time.Now()
-	start(1, "--server", servers[0].url(), "--token-file", tokenPath)
-	start(2, "--server", servers[0].url(), "--token-file", tokenPath)
+	for _, j := range walk.joins {
+		copyFile(tokenPath, filepath.Join(servers[j.host].dir, "token"))
+		start(j.host, j.line)
+	}
 	servers[1].up.WaitUp(t, 8*time.Minute)
 	servers[2].up.WaitUp(t, 8*time.Minute)
 	t.Logf("two servers joined at once, both up in %.1fs", time.Since(begun).Seconds())
 	if out := servers[1].up.Text() + servers[2].up.Text(); !strings.Contains(out, "promoted to a voting member") {
 		t.Errorf("no server reported its etcd member's promotion")
 	}
-	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "s2 learner=false", "steadyplane learner=false"}) {
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, voters(servers[0].name, servers[1].name, servers[2].name)) {
 		t.Errorf("etcd members: %v, %v; want three voters", members, err)
 	}
 
@@ -180,7 +239,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	// (the flags to join are not used again).
 	servers[1].up.Stop(t)
 	begun = time.Now()
-	start(1, "--server", servers[0].url(), "--token-file", tokenPath)
+	start(1, walk.joins[0].line)
 	servers[1].up.WaitUp(t, 5*time.Minute)
 	t.Logf("a joined server restarted in %.1fs", time.Since(begun).Seconds())
 	if out := servers[1].up.Text(); !strings.Contains(out, "joined the cluster through") || strings.Contains(out, "added member") {
@@ -188,7 +247,8 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	}
 
 	// A worker: no cluster keys, credentials by certificate requests.
-	workerDir := filepath.Join(work, "w3")
+	workerHost := filepath.Join(work, fmt.Sprintf("host%d", walk.worker.host+1))
+	workerDir := filepath.Join(workerHost, "node")
 	// The node token asks for node credentials and opens no cluster key.
 	nodeTokenPath := filepath.Join(servers[0].dataDir, "node-token")
 	rawNode, _ := os.ReadFile(nodeTokenPath)
@@ -201,16 +261,17 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	} else if _, err := join.FetchBundle(ctx, servers[0].url(), caPEM, nodeTok); err == nil {
 		t.Error("the node token opened the cluster's keys")
 	}
-	name, args := nw.NSEnter(3, "w3", bin, "node", "--server", servers[0].url(), "--token-file", nodeTokenPath, "--root-dir", workerDir,
-		"--node-name", "w3", "--node-ip", nw.Hosts[3].IP.String(), "--runtime", "runc", "--resolv-conf", resolv, "--image-import-dir", filepath.Join(work, "w3-images"))
-	if err := os.MkdirAll(filepath.Join(work, "w3-images"), 0o700); err != nil {
+	workerImages := filepath.Join(workerHost, "images")
+	if err := os.MkdirAll(workerImages, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := testimage.BusyboxArchive(filepath.Join(work, "w3-images", "busybox.tar")); err != nil {
+	if err := testimage.BusyboxArchive(filepath.Join(workerImages, "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
+	copyFile(nodeTokenPath, filepath.Join(workerHost, "node-token"))
 	t.Cleanup(func() { testenv.CleanNode(workerDir) })
-	worker := testup.StartCommand(t, "w3", name, args...)
+	// Its default directory is /var/lib/steadyplane/node, the machine's.
+	worker := testup.StartCmd(t, "w4", hostCmd(context.Background(), walk.worker.host, walk.worker.line, "--root-dir", workerDir, "--runtime", "runc", "--resolv-conf", resolv, "--image-import-dir", workerImages))
 	t.Cleanup(func() { worker.Stop(t) })
 
 	client := haClient(t, servers[1].kubeconfig())
@@ -235,6 +296,21 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 		hosts, _ := altsvcclient.HostsForServer(raw, servers[0].url())
 		return len(ready) == 4 && len(hosts) == 3, fmt.Sprintf("ready nodes %v, admin kubeconfig of s0 lists %v", ready, hosts)
 	})
+	// The walkthrough's kubectl, from the first server's directory.
+	kubectlAnywhere := func(when string) {
+		cmd := exec.CommandContext(ctx, "sh", "-c", walk.kubectl.line)
+		cmd.Dir, cmd.Env = servers[0].dir, env
+		out, err := cmd.CombinedOutput()
+		t.Logf("the README's %q %s:\n%s", walk.kubectl.line, when, out)
+		want := []string{servers[0].name, servers[1].name, servers[2].name, "w4"}
+		for _, n := range want {
+			if err != nil || !strings.Contains(string(out), "\n"+n+" ") {
+				t.Errorf("the README's %q %s: %v; want the nodes %v", walk.kubectl.line, when, err, want)
+				return
+			}
+		}
+	}
+	kubectlAnywhere("with every server up")
 	nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	cidrs := map[string]bool{}
 	for _, n := range nodes.Items {
@@ -308,11 +384,11 @@ spec:
 	})
 	// kubectl logs reaches the worker's node API (its serving certificate
 	// came by a request the servers approved).
-	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread", FieldSelector: "spec.nodeName=w3"})
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread", FieldSelector: "spec.nodeName=w4"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("the pod on the worker: %v, %v", pods, err)
 	}
-	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", pods.Items[0].Name); err != nil || !strings.Contains(out, "hello from w3") {
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", pods.Items[0].Name); err != nil || !strings.Contains(out, "hello from w4") {
 		t.Errorf("kubectl logs of the pod on the worker: %v\n%s", err, out)
 	}
 
@@ -353,44 +429,117 @@ spec:
 	}
 	t.Logf("the pod on the worker reached the pods on the three servers by their addresses")
 
-	// Remove a server and add it back.
-	servers[2].up.Stop(t)
-	if out, err := exec.CommandContext(ctx, bin, "remove-node", "s2", "--data-dir", servers[0].dataDir).CombinedOutput(); err != nil || !strings.Contains(string(out), "removed s2's etcd member") {
-		t.Fatalf("steadyplane remove-node s2: %v\n%s", err, out)
+	// Services route on the worker too: its kube-proxy (a static pod of
+	// its agent, with the node's own credentials) rewrites a cluster IP to
+	// the pods behind it. What it did not rewrite is dropped there.
+	undrop, err := nw.DropServiceRange(walk.worker.host, testup.ServiceCIDR)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "steadyplane learner=false"}) {
+	t.Cleanup(undrop)
+	service := `apiVersion: v1
+kind: Service
+metadata: {name: spread, namespace: default}
+spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
+`
+	if out, err := spKubectlIn(ctx, bin, servers[0].kubeconfig(), service, "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the Service: %v\n%s", err, out)
+	}
+	clusterIP, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "service", "spread", "-o", "jsonpath={.spec.clusterIP}")
+	if err != nil {
+		t.Fatalf("the Service's cluster IP: %v\n%s", err, clusterIP)
+	}
+	// Two of its four pods answering: one at least is on another node.
+	reached := map[string]bool{}
+	var last string
+	for i := 0; i < 30 && len(reached) < 2; i++ {
+		out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "sh", "-c", `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 `+clusterIP+" 80")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err == nil && strings.HasPrefix(out, "HTTP/1.") {
+			reached[lines[len(lines)-1]] = true
+		} else {
+			last = fmt.Sprintf("%v: %s", err, out)
+			time.Sleep(time.Second)
+		}
+	}
+	if len(reached) < 2 {
+		proxyLog, _ := spKubectl(ctx, bin, servers[0].kubeconfig(), "logs", "-n", "kube-system", "kube-proxy-w4", "--tail", "30")
+		t.Fatalf("the pod on the worker reached the Service %s's pods on %v only; last failure %s\nkube-proxy on the worker:\n%s", clusterIP, reached, last, proxyLog)
+	}
+	t.Logf("the pod on the worker reached the Service %s, answered by the pods on %v", clusterIP, slices.Sorted(maps.Keys(reached)))
+
+	// The worker's pods resolve Services by name: its agent took the
+	// cluster DNS's address and domain from the kube-dns Service.
+	name := "spread.default.svc.cluster.local"
+	var answer string
+	for i := 0; i < 30; i++ {
+		answer, err = spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "nslookup", name)
+		if err == nil && strings.Contains(answer, name) && strings.Contains(answer, clusterIP) {
+			break
+		}
+		if i == 29 {
+			conf, _ := spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "cat", "/etc/resolv.conf")
+			dns, _ := spKubectl(ctx, bin, servers[0].kubeconfig(), "get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "wide")
+			t.Fatalf("the pod on the worker does not resolve %s to %s: %v\n%s\nits resolv.conf:\n%s\nCoreDNS:\n%s", name, clusterIP, err, answer, conf, dns)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("the pod on the worker resolved %s:\n%s", name, answer)
+	if conf, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "cat", "/etc/resolv.conf"); err != nil || !strings.Contains(conf, "search default.svc.cluster.local svc.cluster.local cluster.local") {
+		t.Errorf("the worker pod's resolv.conf lacks the cluster's search path: %v\n%s", err, conf)
+	}
+
+	// The walkthrough takes a server out, from the first one's directory,
+	// once up stopped there; then it joins again from a new data directory.
+	g := slices.IndexFunc(servers, func(s *server) bool { return s.name == walk.removeNode.name })
+	if g < 1 {
+		t.Fatalf("the README removes %q, which is not a joined server's Node", walk.removeNode.name)
+	}
+	gone := servers[g]
+	gone.up.Stop(t)
+	removeCmd := hostCmd(ctx, 0, walk.removeNode.line)
+	if out, err := removeCmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "removed "+gone.name+"'s etcd member") {
+		t.Fatalf("the README's %q: %v\n%s", walk.removeNode.line, err, out)
+	}
+	var stay []string
+	for _, s := range servers {
+		if s != gone {
+			stay = append(stay, s.name)
+		}
+	}
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, voters(stay...)) {
 		t.Errorf("etcd members after remove-node: %v, %v", members, err)
 	}
-	waitFor(t, ctx, time.Minute, "s2 gone from the Nodes and the API servers", func() (bool, string) {
+	waitFor(t, ctx, time.Minute, gone.name+" gone from the Nodes and the API servers", func() (bool, string) {
 		eps, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 		if err != nil {
 			return false, err.Error()
 		}
-		_, nodeErr := client.CoreV1().Nodes().Get(ctx, "s2", metav1.GetOptions{})
+		_, nodeErr := client.CoreV1().Nodes().Get(ctx, gone.name, metav1.GetOptions{})
 		var addrs []string
 		for _, e := range eps.Items {
 			for _, ep := range e.Endpoints {
 				addrs = append(addrs, ep.Addresses...)
 			}
 		}
-		return len(addrs) == 2 && !slices.Contains(addrs, servers[2].ip) && nodeErr != nil, fmt.Sprintf("API servers %v, Node s2: %v", addrs, nodeErr)
+		return len(addrs) == 2 && !slices.Contains(addrs, gone.ip) && nodeErr != nil, fmt.Sprintf("API servers %v, Node %s: %v", addrs, gone.name, nodeErr)
 	})
-	name, args = nw.NSEnter(2, "s2", bin, "cleanup", "--data-dir", servers[2].dataDir, "--remove-data")
+	name, args := nw.NSEnter(g, gone.host, bin, "cleanup", "--data-dir", gone.dataDir, "--remove-data")
 	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("steadyplane cleanup --remove-data: %v\n%s", err, out)
 	}
-	if err := os.MkdirAll(filepath.Join(servers[2].dataDir, "images"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(gone.dataDir, "images"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := testimage.BusyboxArchive(filepath.Join(servers[2].dataDir, "images", "busybox.tar")); err != nil {
+	if err := testimage.BusyboxArchive(filepath.Join(gone.dataDir, "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
 	begun = time.Now()
-	start(2, "--server", servers[0].url(), "--token-file", tokenPath)
-	servers[2].up.WaitUp(t, 5*time.Minute)
+	start(g, walk.joins[g-1].line)
+	gone.up.WaitUp(t, 5*time.Minute)
 	t.Logf("the removed server joined again in %.1fs", time.Since(begun).Seconds())
-	if members, err := etcdMembers(); err != nil || !slices.Equal(members, []string{"s1 learner=false", "s2 learner=false", "steadyplane learner=false"}) {
-		t.Errorf("etcd members after s2 joined again: %v, %v", members, err)
+	if members, err := etcdMembers(); err != nil || !slices.Equal(members, voters(servers[0].name, servers[1].name, servers[2].name)) {
+		t.Errorf("etcd members after %s joined again: %v, %v", gone.name, members, err)
 	}
 
 	rollRevisionsAcrossServers(t, ctx, servers[0].kubeconfig(), []string{servers[0].name, servers[1].name, servers[2].name})
@@ -462,6 +611,7 @@ spec:
 		}
 		t.Logf("%s: kubectl read and wrote %.1fs after the kill", cm, time.Since(killed).Seconds())
 	}
+	kubectlAnywhere("after the first server's host was killed")
 	time.Sleep(3 * time.Second)
 	// The other servers' API servers kept running through it.
 	for _, s := range servers[1:] {
@@ -478,31 +628,155 @@ spec:
 		t.Errorf("the client-go reader saw %d failed reads of %d", failed, reads)
 	}
 
-	// Two of three lost: the API says so; a cluster reset brings the
-	// survivor back with its data.
-	n := nw.KillAll(1)
-	t.Logf("killed %d processes on s1: one server of three left", n)
-	out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "--request-timeout=15s", "create", "configmap", "without-quorum")
+	// Two of three lost: the API says so; the walkthrough's cluster reset
+	// brings the survivor back with its data.
+	survivor := servers[walk.reset.host]
+	lost := servers[3-walk.reset.host]
+	n := nw.KillAll(3 - walk.reset.host)
+	t.Logf("killed %d processes on %s: one server of three left", n, lost.host)
+	out, err := spKubectl(ctx, bin, survivor.kubeconfig(), "--request-timeout=15s", "create", "configmap", "without-quorum")
 	t.Logf("a write without etcd quorum: %v\n%s", err, out)
 	if err == nil {
 		t.Errorf("a write succeeded with one etcd member of three")
 	}
-	servers[2].up.Stop(t)
+	survivor.up.Stop(t)
 	begun = time.Now()
-	name, args = nw.NSEnter(2, servers[2].name, bin, upArgs(servers[2], "--cluster-reset")...)
-	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil || !strings.Contains(string(out), "cluster reset done") {
-		t.Fatalf("up --cluster-reset: %v\n%s", err, out)
+	if out, err := hostCmd(ctx, walk.reset.host, walk.reset.line, upExtra...).CombinedOutput(); err != nil || !strings.Contains(string(out), "cluster reset done") {
+		t.Fatalf("the README's %q: %v\n%s", walk.reset.line, err, out)
 	}
-	start(2)
-	servers[2].up.WaitUp(t, 5*time.Minute)
+	start(walk.reset.host, walk.reset.then)
+	survivor.up.WaitUp(t, 5*time.Minute)
 	t.Logf("the survivor is up again after a cluster reset in %.1fs", time.Since(begun).Seconds())
-	if out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "get", "configmap", "after-host-kill", "-o", "name"); err != nil || !strings.Contains(out, "configmap/after-host-kill") {
+	if out, err := spKubectl(ctx, bin, survivor.kubeconfig(), "get", "configmap", "after-host-kill", "-o", "name"); err != nil || !strings.Contains(out, "configmap/after-host-kill") {
 		t.Errorf("data written before the loss, after the reset: %v\n%s", err, out)
 	}
-	if out, err := spKubectl(ctx, bin, servers[2].kubeconfig(), "create", "configmap", "after-reset"); err != nil {
+	if out, err := spKubectl(ctx, bin, survivor.kubeconfig(), "create", "configmap", "after-reset"); err != nil {
 		t.Errorf("a write after the reset: %v\n%s", err, out)
 	}
-	servers[2].up.Stop(t)
+	survivor.up.Stop(t)
+}
+
+// threeServers is the README's "Three servers, no load balancer"
+// walkthrough: its command lines, each with the index of the host it runs
+// on (10.0.0.1 is host 0).
+type threeServers struct {
+	first   readmeStep
+	joins   []readmeStep
+	worker  readmeStep
+	kubectl readmeStep
+	// removeNode names the Node it takes out.
+	removeNode readmeStep
+	// reset is "up --cluster-reset", then the up that follows it.
+	reset readmeStep
+}
+
+// readmeStep is one command line of a README walkthrough.
+type readmeStep struct {
+	line, then, name string
+	host             int
+}
+
+var readmeHost = regexp.MustCompile(`10\.0\.0\.(\d+)`)
+
+// parseThreeServers finds the walkthrough's steps in block, refusing a
+// block this test would not run as written: a missing or extra step, shell
+// syntax beyond one "&&", a host other than the test's.
+func parseThreeServers(block string) (threeServers, error) {
+	var w threeServers
+	hostOf := func(line, flag string) (int, error) {
+		_, v, ok := strings.Cut(line, flag+" ")
+		m := readmeHost.FindStringSubmatch(v)
+		if !ok || m == nil || !strings.HasPrefix(v, m[0]) {
+			return 0, fmt.Errorf("%q: no %s 10.0.0.N", line, flag)
+		}
+		n, _ := strconv.Atoi(m[1])
+		if n < 1 || n > 4 {
+			return 0, fmt.Errorf("%q: host %d; the test has hosts 1 to 4", line, n)
+		}
+		return n - 1, nil
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(block, "\n") {
+		for _, m := range readmeHost.FindAllStringSubmatch(line, -1) {
+			if n, _ := strconv.Atoi(m[1]); n < 1 || n > 4 {
+				return w, fmt.Errorf("%q: host %s; the test has hosts 1 to 4", line, m[0])
+			}
+		}
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.ContainsAny(line, "'\"$|;<>`\\*?#") {
+			return w, fmt.Errorf("%q: shell syntax the test does not run", line)
+		}
+		cmds := strings.Split(line, " && ")
+		if len(cmds) > 2 || len(cmds) == 2 && !strings.Contains(line, "--cluster-reset") || strings.Contains(line, "&") && len(cmds) == 1 {
+			return w, fmt.Errorf("%q: only the cluster reset is followed by && up", line)
+		}
+		if !strings.HasPrefix(line, "steadyplane ") {
+			return w, fmt.Errorf("%q: not a steadyplane command", line)
+		}
+		var err error
+		step := readmeStep{line: cmds[0]}
+		kind := ""
+		switch {
+		case strings.HasPrefix(line, "steadyplane kubectl "):
+			kind, w.kubectl = "kubectl", step
+		case strings.HasPrefix(line, "steadyplane remove-node "):
+			f := strings.Fields(line)
+			step.name = f[len(f)-1]
+			kind, w.removeNode = "remove-node", step
+		case strings.HasPrefix(line, "steadyplane node "):
+			step.host, err = hostOf(line, "--node-ip")
+			kind, w.worker = "node", step
+		case strings.Contains(line, "--cluster-reset"):
+			if len(cmds) != 2 {
+				return w, fmt.Errorf("%q: the reset is followed by && up", line)
+			}
+			step.then = cmds[1]
+			step.host, err = hostOf(line, "--bind-address")
+			if then, _ := hostOf(cmds[1], "--bind-address"); err == nil && (!strings.HasPrefix(cmds[1], "steadyplane up ") || then != step.host) {
+				return w, fmt.Errorf("%q: the reset is not followed by up on the same host", line)
+			}
+			kind, w.reset = "reset", step
+		case strings.HasPrefix(line, "steadyplane up ") && strings.Contains(line, "--server "):
+			step.host, err = hostOf(line, "--bind-address")
+			w.joins = append(w.joins, step)
+		case strings.HasPrefix(line, "steadyplane up "):
+			step.host, err = hostOf(line, "--bind-address")
+			kind, w.first = "first", step
+		default:
+			return w, fmt.Errorf("%q: not a step of the walkthrough", line)
+		}
+		if err != nil {
+			return w, err
+		}
+		if kind != "" && seen[kind] {
+			return w, fmt.Errorf("%q: a second %s step", line, kind)
+		}
+		seen[kind] = true
+	}
+	switch {
+	case !seen["first"] || !seen["node"] || !seen["kubectl"] || !seen["remove-node"] || !seen["reset"]:
+		return w, fmt.Errorf("steps missing: have %v", seen)
+	case w.first.host != 0:
+		return w, fmt.Errorf("the first server is not on 10.0.0.1")
+	case len(w.joins) != 2 || w.joins[0].host != 1 || w.joins[1].host != 2:
+		return w, fmt.Errorf("want servers joining on 10.0.0.2 and 10.0.0.3, have %v", w.joins)
+	case w.worker.host != 3:
+		return w, fmt.Errorf("the worker is not on 10.0.0.4")
+	case w.reset.host != 1 && w.reset.host != 2:
+		return w, fmt.Errorf("the cluster reset is not on a joined server")
+	}
+	return w, nil
+}
+
+// onHosts puts the test network's addresses where line says 10.0.0.N.
+func (threeServers) onHosts(line string, nw *testenv.Network) string {
+	return readmeHost.ReplaceAllStringFunc(line, func(m string) string {
+		n, _ := strconv.Atoi(readmeHost.FindStringSubmatch(m)[1])
+		return nw.Hosts[n-1].IP.String()
+	})
 }
 
 // etcdClient reaches endpoint with the API server's etcd credentials of dataDir.

@@ -47,6 +47,9 @@ type Worker struct {
 type WorkerCredentials struct {
 	// Kubeconfig authenticates as system:node:<name> and lists the API servers.
 	Kubeconfig string
+	// ProxyKubeconfig is the same for upstream kube-proxy, which builds
+	// its client from the kubeconfig alone (clientconfig.WriteProviderKubeconfig).
+	ProxyKubeconfig string
 	// CAFile is the cluster CA; CertFile and KeyFile serve the node API.
 	CAFile, CertFile, KeyFile string
 	// PodCIDR is the range the controller manager allocated to the Node.
@@ -57,6 +60,7 @@ type WorkerCredentials struct {
 const (
 	workerCA         = "ca.crt"
 	workerKubeconfig = "node.kubeconfig"
+	proxyKubeconfig  = "kube-proxy.kubeconfig"
 	workerClient     = "node-client"
 	workerServing    = "node-serving"
 )
@@ -80,7 +84,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	creds := &WorkerCredentials{Kubeconfig: filepath.Join(w.Dir, workerKubeconfig), CAFile: filepath.Join(w.Dir, workerCA),
+	creds := &WorkerCredentials{Kubeconfig: filepath.Join(w.Dir, workerKubeconfig), ProxyKubeconfig: filepath.Join(w.Dir, proxyKubeconfig), CAFile: filepath.Join(w.Dir, workerCA),
 		CertFile: filepath.Join(w.Dir, workerServing+".crt"), KeyFile: filepath.Join(w.Dir, workerServing+".key")}
 	ip := net.ParseIP(w.NodeIP)
 	if ip == nil {
@@ -117,6 +121,9 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 		return nil, err
 	}
 	if err := clientconfig.WriteKubeconfig(creds.Kubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
+		return nil, err
+	}
+	if err := clientconfig.WriteProviderKubeconfig(creds.ProxyKubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
 		return nil, err
 	}
 	cfg := &rest.Config{Host: w.Server, Timeout: discoveryTimeout, UserAgent: "steadyplane-node-bootstrap",
