@@ -23,6 +23,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
+	"github.com/steadyplane/steadyplane/pkg/leader"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
 )
 
@@ -108,7 +109,7 @@ func newOperatorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return operator.RunElected(ctx, lock, o.Log, o.Run, errs)
+			return leader.Run(ctx, lock, o.Log, o.Run, errs)
 		},
 	}
 	fs := cmd.Flags()

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,8 @@ func newReadinessControllerCommand() *cobra.Command {
 	o := readinessgates.Options{WebhookAddress: "127.0.0.1:9443"}
 	var kubeconfig string
 	var podCIDRs []string
+	leaderElect := true
+	o.Identity, _ = os.Hostname()
 	cmd := &cobra.Command{
 		Use:   "readiness-controller",
 		Short: "Inject readiness gates into pods and run the load-balancer-ready gate",
@@ -33,7 +36,13 @@ func newReadinessControllerCommand() *cobra.Command {
   (or hostNetwork pods on their node's address): no other pod address is ever checked.
   With --proxy-healthz-port, the condition turns True only once, in addition, every Ready
   node's kube-proxy has synced its rules after the EndpointSlices of the pod's Services
-  listed it (reason ProxyNotSynced or EndpointsPending until then).`,
+  listed it (reason ProxyNotSynced or EndpointsPending until then).
+
+Every server of a cluster runs one ("up" does): the webhook is registered at
+https://127.0.0.1:<port>/mutate, so that each API server calls the one on its own host,
+and the gate's controller runs only while it holds the Lease
+kube-system/steadyplane-readiness-controller (--leader-elect, --identity): one server sets
+the conditions, another takes over within 15 s when it dies.`,
 		Example: `  steadyplane readiness-controller --kubeconfig admin.kubeconfig \
     --tls-cert-file webhook.crt --tls-private-key-file webhook.key --ca-file ca.crt --pod-cidr 10.244.0.0/16
   kubectl label namespace team steadyplane.io/readiness-gates=on`,
@@ -54,6 +63,11 @@ func newReadinessControllerCommand() *cobra.Command {
 				}
 				o.PodCIDRs = append(o.PodCIDRs, n)
 			}
+			if !leaderElect {
+				o.Identity = ""
+			} else if o.Identity == "" {
+				return fmt.Errorf("--identity: this host has no name; give one, or --leader-elect=false")
+			}
 			return readinessgates.Run(ctx, cfg, o)
 		},
 	}
@@ -68,6 +82,8 @@ func newReadinessControllerCommand() *cobra.Command {
 	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod whose target is healthy is checked again; one that is not yet is checked every 500ms.")
 	fs.IntVar(&o.ProxyHealthzPort, "proxy-healthz-port", 0, "When set, steadyplane.io/load-balancer-ready also waits for the data path: every Ready node's kube-proxy (its /healthz at the node's InternalIP and this port) must have synced its rules since the pod's EndpointSlices last changed. 0: the direct check alone.")
 	fs.StringSliceVar(&podCIDRs, "pod-cidr", nil, "The cluster's pod ranges (comma-separated): the load-balancer gate checks only pod addresses in them, and hostNetwork pods on their node's address; no other pod address is ever dialled (--proxy-healthz-port adds kube-proxy at each Node's InternalIP).")
+	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "Set the gate's conditions only while holding the Lease kube-system/"+readinessgates.LeaseName+" (every server of a cluster runs a readiness controller and serves the webhook to its own API server; one sets the conditions). The Lease needs get/create/update on it.")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "This controller's name in the Lease (up gives its node's name); default the host name.")
 	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file", "pod-cidr"} {
 		_ = cmd.MarkFlagRequired(f)
 	}

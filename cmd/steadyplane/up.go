@@ -82,7 +82,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "The cluster's DNS domain.")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "The node's resolver file: pods with dnsPolicy Default (CoreDNS among them, for names outside the cluster) get its servers; default /etc/resolv.conf, or systemd-resolved's where that names only a loopback stub. A file with no nameserver resolves nothing outside the cluster.")
 	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")
-	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on --bind-address.")
+	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on 127.0.0.1 (every server runs one, which its own API server calls).")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
 	fs.Var(&o.Fallback, "static-pod-fallback", "Roll out the API server's configuration (kubectl edit kubeapiserver cluster) as revisions with a startup monitor that falls back to the last-known-good revision: auto (on with static pods and the controllers), on or off.")
 	fs.DurationVar(&o.FallbackTimeout, "fallback-timeout", o.FallbackTimeout, "How long a started API server revision may take to become healthy and ready before the startup monitor falls back (Unhealthy, EtcdUnhealthy, NotReady).")

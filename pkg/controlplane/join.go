@@ -105,8 +105,7 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	return cp.takeClusterSettings()
 }
 
-// takeClusterSettings makes the cluster's ranges this server's. The
-// readiness-gate webhook stays with the first server.
+// takeClusterSettings makes the cluster's ranges this server's.
 func (cp *ControlPlane) takeClusterSettings() error {
 	st := cp.state
 	cp.opts.ServiceCIDR, cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, cp.opts.ClusterDomain = st.ServiceCIDR, st.ClusterCIDR, st.NodeCIDRMaskSize, st.ClusterDomain
@@ -121,7 +120,6 @@ func (cp *ControlPlane) takeClusterSettings() error {
 		}
 		cp.opts.NodeName = strings.ToLower(host)
 	}
-	cp.opts.ReadinessController = false
 	return nil
 }
 

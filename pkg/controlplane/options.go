@@ -102,7 +102,7 @@ type Options struct {
 	// ReadinessController starts "steadyplane readiness-controller" (the
 	// readiness-gate webhook and the load-balancer-ready gate).
 	ReadinessController bool
-	// ReadinessWebhookPort is the webhook's port on BindAddress.
+	// ReadinessWebhookPort is the webhook's port on 127.0.0.1.
 	ReadinessWebhookPort int
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.

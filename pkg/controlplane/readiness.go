@@ -2,23 +2,30 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/pki"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
+	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
 )
 
 // prepareReadiness issues the controller's own client certificate
 // (readinessgates.User, bound to exactly the RBAC it needs), the webhook's
 // serving certificate from the cluster CA (which the API server is given as
-// the caBundle), and its process.
+// the caBundle), and its process. The webhook listens on 127.0.0.1 and is
+// registered there: every server runs one, and each API server calls its
+// own, so a pod's gates never wait on another host (nor on a Service,
+// which would need kube-proxy on the API server's host). The gate's
+// controller runs on one server at a time (a Lease, the node's name as
+// identity).
 func (cp *ControlPlane) prepareReadiness() error {
 	kubeconfig, err := cp.componentKubeconfig("readiness-controller", readinessgates.User)
 	if err != nil {
@@ -26,15 +33,16 @@ func (cp *ControlPlane) prepareReadiness() error {
 	}
 	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
 		Name: "readiness-webhook", CommonName: "steadyplane-readiness-webhook",
-		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress)},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
 	})
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort(cp.opts.BindAddress, strconv.Itoa(cp.opts.ReadinessWebhookPort))
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
 	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.ClusterCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
+		"--identity=" + cp.opts.NodeName,
 	}}
 	if cp.Proxy != nil {
 		// The load-balancer gate waits for the proxies' rules too.
@@ -56,17 +64,42 @@ func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
 	return cp.WaitReadinessControllerReady(ctx)
 }
 
-// WaitReadinessControllerReady waits until the readiness-gate webhook is registered.
+// WaitReadinessControllerReady waits until this server's readiness-gate
+// webhook answers on 127.0.0.1 (its serving certificate verified against
+// the cluster CA) and the cluster's webhook configuration sends there:
+// another server's registration alone does not make this one's ready.
 func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cp.pki.CA.CertPEM)
+	local := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	defer local.CloseIdleConnections()
+	base := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
 	return poll(ctx, cp.launcher.Runner(readinessPod), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
-		_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "steadyplane-readiness-gates", metav1.GetOptions{})
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
 		if err != nil {
 			return false, err.Error()
 		}
-		return true, ""
+		resp, err := local.Do(req)
+		if err != nil {
+			return false, "webhook: " + err.Error()
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, "webhook /healthz: " + resp.Status
+		}
+		conf, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range conf.Webhooks {
+			if u := w.ClientConfig.URL; u != nil && *u == base+"/mutate" {
+				return true, ""
+			}
+		}
+		return false, "the webhook configuration does not send to " + base + "/mutate yet"
 	})
 }

@@ -36,8 +36,21 @@ func ClusterRole() *rbacv1.ClusterRole {
 	}
 }
 
-// EnsureRBAC creates the role and binding, or brings them back to what
+// LeaseRole lets the controllers of a cluster's servers take turns at
+// their Lease (Options.Identity), and touch no other.
+func LeaseRole() *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update"}},
+		},
+	}
+}
+
+// EnsureRBAC creates the roles and bindings, or brings them back to what
 // they must be, with a client that may (the cluster's admin).
 func EnsureRBAC(ctx context.Context, client kubernetes.Interface) error {
-	return rbacutil.Ensure(ctx, client, ClusterRole(), rbacutil.UserBinding(roleName, "", User))
+	return rbacutil.Ensure(ctx, client, ClusterRole(), rbacutil.UserBinding(roleName, "", User),
+		LeaseRole(), rbacutil.UserBinding(roleName, metav1.NamespaceSystem, User))
 }

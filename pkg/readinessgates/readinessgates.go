@@ -9,19 +9,24 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/steadyplane/steadyplane/pkg/leader"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/conditionctl"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
@@ -52,7 +57,17 @@ type Options struct {
 	// port) must have synced its rules since the pod's EndpointSlices
 	// last changed (lbgate.DataPathCheck).
 	ProxyHealthzPort int
+	// Identity, when set, runs the gate's controller only while this
+	// process holds the Lease kube-system/LeaseName under this name: every
+	// server of a cluster runs a readiness controller (its API server calls
+	// its own webhook), one of them sets the conditions. Empty runs the
+	// controller without a lease.
+	Identity string
 }
+
+// LeaseName is the Lease in kube-system that the readiness controllers of
+// a cluster's servers take turns holding.
+const LeaseName = "steadyplane-readiness-controller"
 
 // Run serves the webhook, registers it, and runs the load-balancer gate
 // controller until ctx ends.
@@ -131,7 +146,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return r
 		},
 	}
-	go func() { errs <- ctl.Run(ctx) }()
+	if o.Identity == "" {
+		go func() { errs <- ctl.Run(ctx) }()
+	} else {
+		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, metav1.NamespaceSystem, LeaseName, client.CoreV1(), client.CoordinationV1(),
+			resourcelock.ResourceLockConfig{Identity: o.Identity})
+		if err != nil {
+			return err
+		}
+		log := slog.New(logr.ToSlogHandler(klog.Background()))
+		go func() { errs <- leader.Run(ctx, lock, log, ctl.Run, nil) }()
+	}
 	select {
 	case <-ctx.Done():
 		return nil

@@ -485,6 +485,9 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 		time.Sleep(time.Second)
 	}
 	t.Logf("the pod on the worker resolved %s:\n%s", name, answer)
+	// Every server runs the readiness-gate webhook for its own API server;
+	// one controller sets the conditions.
+	gateHolder := gatesOnEveryServer(t, ctx, servers, "")
 	if conf, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "exec", onWorker.Name, "--", "cat", "/etc/resolv.conf"); err != nil || !strings.Contains(conf, "search default.svc.cluster.local svc.cluster.local cluster.local") {
 		t.Errorf("the worker pod's resolv.conf lacks the cluster's search path: %v\n%s", err, conf)
 	}
@@ -612,6 +615,13 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 		t.Logf("%s: kubectl read and wrote %.1fs after the kill", cm, time.Since(killed).Seconds())
 	}
 	kubectlAnywhere("after the first server's host was killed")
+	// With the first server gone, the gate's controller is on another
+	// (it had to hand over if it ran there).
+	if after := gatesOnEveryServer(t, ctx, servers[1:], "-after"); after == servers[0].name {
+		t.Errorf("the gate's controller is still %s, whose host was killed", after)
+	} else {
+		t.Logf("the gate's controller: %s before the first server's host was killed, %s after", gateHolder, after)
+	}
 	time.Sleep(3 * time.Second)
 	// The other servers' API servers kept running through it.
 	for _, s := range servers[1:] {

@@ -1,4 +1,4 @@
-package operator
+package leader
 
 import (
 	"context"
@@ -12,16 +12,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
 
-// RunElected runs the work only while it holds the lease, stops the work
+const testNamespace, testLease = "steadyplane-system", "test-lease"
+
+// Run runs the work only while it holds the lease, stops the work
 // before it hands the lease back, and says why it returned.
-func TestRunElected(t *testing.T) {
+func TestRun(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := func(t *testing.T, client *kubefake.Clientset) string {
-		l, err := client.CoordinationV1().Leases(v1alpha1.Namespace).Get(context.Background(), LeaseName, metav1.GetOptions{})
+		l, err := client.CoordinationV1().Leases(testNamespace).Get(context.Background(), testLease, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +31,7 @@ func TestRunElected(t *testing.T) {
 		return *l.Spec.HolderIdentity
 	}
 	newLock := func(t *testing.T, client *kubefake.Clientset, id string) resourcelock.Interface {
-		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.Namespace, LeaseName, client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, testNamespace, testLease, client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestRunElected(t *testing.T) {
 			return nil
 		}
 		done := make(chan error, 1)
-		go func() { done <- RunElected(ctx, newLock(t, client, "s0"), quiet, run, nil) }()
+		go func() { done <- Run(ctx, newLock(t, client, "s0"), quiet, run, nil) }()
 		select {
 		case <-working:
 		case <-time.After(20 * time.Second):
@@ -79,7 +79,7 @@ func TestRunElected(t *testing.T) {
 		defer cancel()
 		other := make(chan struct{})
 		go func() {
-			_ = RunElected(ctx, newLock(t, client, "s1"), quiet, func(c context.Context) error { close(other); <-c.Done(); return nil }, nil)
+			_ = Run(ctx, newLock(t, client, "s1"), quiet, func(c context.Context) error { close(other); <-c.Done(); return nil }, nil)
 		}()
 		<-other
 		errs := make(chan error, 1)
@@ -88,7 +88,7 @@ func TestRunElected(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			errs <- errors.New("metrics server failed")
 		}()
-		err := RunElected(ctx, newLock(t, client, "s2"), quiet, func(context.Context) error { ran = true; return nil }, errs)
+		err := Run(ctx, newLock(t, client, "s2"), quiet, func(context.Context) error { ran = true; return nil }, errs)
 		if err == nil || !strings.Contains(err.Error(), "metrics server failed") || ran {
 			t.Errorf("second operator: %v, ran %v; want the error from errs and no work", err, ran)
 		}
@@ -96,7 +96,7 @@ func TestRunElected(t *testing.T) {
 
 	t.Run("the work fails", func(t *testing.T) {
 		client := kubefake.NewClientset()
-		err := RunElected(context.Background(), newLock(t, client, "s0"), quiet, func(context.Context) error { return errors.New("informers") }, nil)
+		err := Run(context.Background(), newLock(t, client, "s0"), quiet, func(context.Context) error { return errors.New("informers") }, nil)
 		if err == nil || err.Error() != "informers" {
 			t.Errorf("%v, want the work's error", err)
 		}

@@ -1,4 +1,8 @@
-package operator
+// Package leader runs work on one process of several, by a Lease: the
+// KubeAPIServer operators and the readiness controllers of a cluster's
+// servers, one acting at a time, a successor taking over within the
+// lease when its server dies.
+package leader
 
 import (
 	"context"
@@ -9,25 +13,23 @@ import (
 
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
 
-// RunElected runs run while lock's lease is this process's: one operator
-// per server, one acting, and a server that dies hands over within the
+// Run runs run while lock's lease is this process's: one process per
+// server, one acting, and a server that dies hands over within the
 // lease. It returns when ctx ends (the work stops first, then the lease is
 // handed back, so that no successor acts while a write of this one lands),
 // when run fails, or on an error from errs. A lease lost (its API server
 // down longer than the renew deadline, as in a rollout on one server) stops
 // the work and waits to lead again in the same process: exiting would add
 // the node agent's crash-loop backoff to every such outage.
-func RunElected(ctx context.Context, lock resourcelock.Interface, log *slog.Logger, run func(context.Context) error, errs <-chan error) error {
+func Run(ctx context.Context, lock resourcelock.Interface, log *slog.Logger, run func(context.Context) error, errs <-chan error) error {
 	for {
 		err := leadOnce(ctx, lock, log, run, errs)
 		if !errors.Is(err, errLostLease) || ctx.Err() != nil {
 			return err
 		}
-		log.Info("lost the lease; the work stopped, waiting to lead again", "lease", v1alpha1.Namespace+"/"+LeaseName)
+		log.Info("lost the lease; the work stopped, waiting to lead again", "lease", lock.Describe())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -40,9 +42,9 @@ func RunElected(ctx context.Context, lock resourcelock.Interface, log *slog.Logg
 var errLostLease = errors.New("lost the lease")
 
 // leadOnce waits for the lease, runs run while it holds it, and returns as
-// RunElected does, or with errLostLease.
+// Run does, or with errLostLease.
 func leadOnce(ctx context.Context, lock resourcelock.Interface, log *slog.Logger, run func(context.Context) error, errs <-chan error) error {
-	lease := v1alpha1.Namespace + "/" + LeaseName
+	lease := lock.Describe()
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	electCtx, stopElect := context.WithCancel(context.Background())
@@ -50,7 +52,7 @@ func leadOnce(ctx context.Context, lock resourcelock.Interface, log *slog.Logger
 	started, ran, lost := make(chan struct{}), make(chan error, 1), make(chan struct{})
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-		ReleaseOnCancel: true, Name: LeaseName,
+		ReleaseOnCancel: true, Name: lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {
 				log.Info("leading", "lease", lease, "identity", lock.Identity())
@@ -86,7 +88,7 @@ func leadOnce(ctx context.Context, lock resourcelock.Interface, log *slog.Logger
 	case err := <-ran:
 		runEnded, result = true, err
 		if result == nil {
-			result = errors.New("the operator stopped")
+			result = errors.New("the work stopped")
 		}
 	}
 	stopRun()
@@ -96,7 +98,7 @@ func leadOnce(ctx context.Context, lock resourcelock.Interface, log *slog.Logger
 			select {
 			case <-ran:
 			case <-time.After(30 * time.Second):
-				log.Info("the operator's work did not stop within 30s; handing the lease back anyway")
+				log.Info("the work did not stop within 30s; handing the lease back anyway", "lease", lease)
 			}
 		}
 	default:
