@@ -17,7 +17,7 @@ func newReadinessControllerCommand() *cobra.Command {
 	o := readinessgates.Options{WebhookAddress: "127.0.0.1:9443"}
 	var kubeconfig string
 	var podCIDRs []string
-	leaderElect := true
+	leaderElect := false
 	o.Identity, _ = os.Hostname()
 	cmd := &cobra.Command{
 		Use:   "readiness-controller",
@@ -40,8 +40,8 @@ func newReadinessControllerCommand() *cobra.Command {
 
 Every server of a cluster runs one ("up" does): the webhook is registered at
 https://127.0.0.1:<port>/mutate, so that each API server calls the one on its own host,
-and the gate's controller runs only while it holds the Lease
-kube-system/steadyplane-readiness-controller (--leader-elect, --identity): one server sets
+and with --leader-elect the gate's controller runs only while it holds the Lease
+kube-system/steadyplane-readiness-controller (--identity): one server sets
 the conditions, another takes over within 15 s when it dies.`,
 		Example: `  steadyplane readiness-controller --kubeconfig admin.kubeconfig \
     --tls-cert-file webhook.crt --tls-private-key-file webhook.key --ca-file ca.crt --pod-cidr 10.244.0.0/16
@@ -82,7 +82,7 @@ the conditions, another takes over within 15 s when it dies.`,
 	fs.DurationVar(&o.CheckInterval, "check-interval", 5*time.Second, "How often each gated pod whose target is healthy is checked again; one that is not yet is checked every 500ms.")
 	fs.IntVar(&o.ProxyHealthzPort, "proxy-healthz-port", 0, "When set, steadyplane.io/load-balancer-ready also waits for the data path: every Ready node's kube-proxy (its /healthz at the node's InternalIP and this port) must have synced its rules since the pod's EndpointSlices last changed. 0: the direct check alone.")
 	fs.StringSliceVar(&podCIDRs, "pod-cidr", nil, "The cluster's pod ranges (comma-separated): the load-balancer gate checks only pod addresses in them, and hostNetwork pods on their node's address; no other pod address is ever dialled (--proxy-healthz-port adds kube-proxy at each Node's InternalIP).")
-	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "Set the gate's conditions only while holding the Lease kube-system/"+readinessgates.LeaseName+" (every server of a cluster runs a readiness controller and serves the webhook to its own API server; one sets the conditions). The Lease needs get/create/update on it.")
+	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "Set the gate's conditions only while holding the Lease kube-system/"+readinessgates.LeaseName+" (every server of a cluster runs a readiness controller and serves the webhook to its own API server; one sets the conditions; up turns it on). Needs create, get and update on that Lease (readinessgates.LeaseRole).")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "This controller's name in the Lease (up gives its node's name); default the host name.")
 	for _, f := range []string{"kubeconfig", "tls-cert-file", "tls-private-key-file", "ca-file", "pod-cidr"} {
 		_ = cmd.MarkFlagRequired(f)

@@ -45,6 +45,8 @@ type ClusterState struct {
 	NodeCIDRMaskSize int    `json:"nodeCIDRMaskSize,omitempty"`
 	ClusterDomain    string `json:"clusterDomain,omitempty"`
 	EtcdClientPort   int    `json:"etcdClientPort,omitempty"`
+	// ReadinessWebhookPort is the cluster's (join.Bundle).
+	ReadinessWebhookPort int `json:"readinessWebhookPort,omitempty"`
 }
 
 // LoadClusterState reads dir's cluster.json; a directory without one has

@@ -94,7 +94,7 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 		}
 	}
 	cp.state = ClusterState{JoinedFrom: cp.opts.Server, Servers: info.Servers, ServiceCIDR: b.ServiceCIDR, ClusterCIDR: b.ClusterCIDR,
-		NodeCIDRMaskSize: b.NodeCIDRMaskSize, ClusterDomain: b.ClusterDomain, EtcdClientPort: b.EtcdClientPort}
+		NodeCIDRMaskSize: b.NodeCIDRMaskSize, ClusterDomain: b.ClusterDomain, EtcdClientPort: b.EtcdClientPort, ReadinessWebhookPort: b.ReadinessWebhookPort}
 	if err := atomicfile.WriteFile(filepath.Join(cp.dataDir, tokenFile), []byte(tok.String()+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -105,12 +105,15 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 	return cp.takeClusterSettings()
 }
 
-// takeClusterSettings makes the cluster's ranges this server's.
+// takeClusterSettings makes the cluster's ranges (and readiness webhook port) this server's.
 func (cp *ControlPlane) takeClusterSettings() error {
 	st := cp.state
 	cp.opts.ServiceCIDR, cp.opts.ClusterCIDR, cp.opts.NodeCIDRMaskSize, cp.opts.ClusterDomain = st.ServiceCIDR, st.ClusterCIDR, st.NodeCIDRMaskSize, st.ClusterDomain
 	if st.PodCIDR != "" {
 		cp.opts.PodCIDR = st.PodCIDR
+	}
+	if st.ReadinessWebhookPort != 0 {
+		cp.opts.ReadinessWebhookPort = st.ReadinessWebhookPort
 	}
 	if cp.opts.NodeName == NewOptions().NodeName {
 		// The first server's Node has the default name.
@@ -398,7 +401,8 @@ func (cp *ControlPlane) republishIfRotated(ctx context.Context) error {
 // joinBundle is what this server gives a joining one.
 func (cp *ControlPlane) joinBundle() (*join.Bundle, error) {
 	b := &join.Bundle{CACert: cp.pki.CA.CertPEM, EtcdCACert: cp.pki.EtcdCA.CertPEM, KubeletCACert: cp.pki.KubeletCA.CertPEM, ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR,
-		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ClusterDomain: cp.opts.ClusterDomain, EtcdClientPort: cp.opts.EtcdClientPort}
+		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ClusterDomain: cp.opts.ClusterDomain, EtcdClientPort: cp.opts.EtcdClientPort,
+		ReadinessWebhookPort: cp.opts.ReadinessWebhookPort}
 	var err error
 	for _, f := range []struct {
 		path string

@@ -42,7 +42,7 @@ func (cp *ControlPlane) prepareReadiness() error {
 	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.ClusterCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
-		"--identity=" + cp.opts.NodeName,
+		"--leader-elect", "--identity=" + cp.opts.NodeName,
 	}}
 	if cp.Proxy != nil {
 		// The load-balancer gate waits for the proxies' rules too.

@@ -7,10 +7,12 @@ package readinessgates
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -118,7 +120,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 	errs := make(chan error, 3)
 	go func() { errs <- webhook.Serve(ctx, o.WebhookAddress, cert, handler) }()
-	if err := waitTLS(ctx, o.WebhookAddress); err != nil {
+	if err := waitServing(ctx, o.WebhookAddress, caBundle); err != nil {
 		return err
 	}
 	if err := webhook.Register(ctx, client, o.WebhookURL, caBundle); err != nil {
@@ -165,20 +167,32 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 }
 
-// waitTLS waits until addr accepts connections (the webhook is up before the
-// API server is told about it).
-func waitTLS(ctx context.Context, addr string) error {
+// waitServing waits until this process's webhook answers /healthz on
+// addr with a certificate of caBundle's CA (the API server is told about it
+// only then; a port that some other program holds is not taken for it).
+func waitServing(ctx context.Context, addr string, caBundle []byte) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caBundle) {
+		return errors.New("--ca-file holds no PEM certificate")
+	}
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	var last error
 	for i := 0; i < 100; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		resp, err := client.Get("https://" + addr + "/healthz")
 		if err == nil {
-			c.Close()
-			return nil
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/healthz: %s", resp.Status)
 		}
+		last = err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("webhook not listening on %s", addr)
+	return fmt.Errorf("the webhook does not serve on %s: %w", addr, last)
 }

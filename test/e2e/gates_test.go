@@ -88,10 +88,17 @@ func gatesOnEveryServer(t *testing.T, ctx context.Context, servers []*server, su
 		}
 		return ready == len(names), strings.Join(states, "; ")
 	})
-	lease, err := admin.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, readinessgates.LeaseName, metav1.GetOptions{})
+	holder := gateHolderNow(t, ctx, servers[0].kubeconfig())
+	t.Logf("gated pods created through %d servers Ready %.1fs after the last was created; the gate's controller: %s", len(names), time.Since(begun).Seconds(), holder)
+	return holder
+}
+
+// gateHolderNow is the holder of the readiness controllers' Lease.
+func gateHolderNow(t *testing.T, ctx context.Context, kubeconfig string) string {
+	t.Helper()
+	lease, err := haClient(t, kubeconfig).CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, readinessgates.LeaseName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("the readiness controllers' Lease: %v, %v", lease, err)
 	}
-	t.Logf("gated pods created through %d servers Ready %.1fs after the last was created; the gate's controller: %s", len(names), time.Since(begun).Seconds(), *lease.Spec.HolderIdentity)
 	return *lease.Spec.HolderIdentity
 }

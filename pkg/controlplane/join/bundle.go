@@ -25,6 +25,10 @@ type Bundle struct {
 	NodeCIDRMaskSize                        int
 	// EtcdClientPort is where the servers' etcd members serve clients.
 	EtcdClientPort int
+	// ReadinessWebhookPort is where every server's readiness-gate webhook
+	// listens on 127.0.0.1: the webhook configuration, which all API
+	// servers share, names one port. 0 from a server of an earlier release.
+	ReadinessWebhookPort int
 	// EncryptionConfig is the API servers' EncryptionConfiguration: the
 	// keys Secrets are encrypted with in etcd, which every server needs.
 	EncryptionConfig []byte

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
@@ -182,18 +183,24 @@ func Configuration(url string, caBundle []byte) *admissionregistrationv1.Mutatin
 	}
 }
 
-// Register creates or updates the webhook's configuration.
+// Register creates or updates the webhook's configuration. Every server's
+// controller registers the same one at its start: a conflict with another
+// (an update in between, or a create at the same time) is read again and
+// retried.
 func Register(ctx context.Context, client kubernetes.Interface, url string, caBundle []byte) error {
 	want := Configuration(url, caBundle)
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	existing, err := api.Get(ctx, ConfigurationName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = api.Create(ctx, want, metav1.CreateOptions{})
-	case err == nil:
-		existing.Webhooks = want.Webhooks
-		_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
-	}
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
+		existing, err := api.Get(ctx, ConfigurationName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = api.Create(ctx, want, metav1.CreateOptions{})
+		case err == nil:
+			existing.Webhooks = want.Webhooks
+			_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("registering MutatingWebhookConfiguration %s: %w", ConfigurationName, err)
 	}
