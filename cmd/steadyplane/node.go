@@ -359,16 +359,11 @@ func setUpWorker(ctx context.Context, cmd *cobra.Command, o *agent.Options, cfg 
 			o.ClusterDomain = domain
 		}
 	}
-	// CoreDNS's pods may be scheduled here.
-	progressf := func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) }
-	ref, archive, err := controlplane.DNSImage(binary, filepath.Join(o.RootDir, "dns-image"), progressf)
-	if err != nil {
-		return err
-	}
-	if _, ok, err := o.Images.Get(ref); err != nil || !ok {
-		if _, err := o.Images.Import(archive, images.UnpackOptions{}); err != nil {
-			return fmt.Errorf("importing the DNS image %s: %w", archive, err)
-		}
+	// CoreDNS's pods may be scheduled here: the image goes straight into
+	// the store (a server writes an archive its agent imports).
+	ref := controlplane.DNSImageRef(binary)
+	if err := o.Images.AddExecutable(binary, controlplane.DNSImageBinary, ref, images.UnpackOptions{}); err != nil {
+		return fmt.Errorf("the DNS image: %w", err)
 	}
 	fmt.Fprintf(out, "cluster DNS: %s, domain %s (image %s)\n", o.ClusterDNS[0], o.ClusterDomain, ref)
 	return nil

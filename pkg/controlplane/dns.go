@@ -98,13 +98,12 @@ func (cp *ControlPlane) prepareDNS() error {
 // written before is kept, and those of earlier binaries removed (they
 // would be imported at every start).
 func DNSImage(binary, importDir string, progressf func(string, ...any)) (ref, archive string, err error) {
-	tag := strings.TrimPrefix(filepath.Base(binary), "steadyplane-")
-	ref = "steadyplane.io/steadyplane:" + tag
-	archive = filepath.Join(importDir, "steadyplane-"+tag+".tar")
+	ref = DNSImageRef(binary)
+	archive = filepath.Join(importDir, "steadyplane-"+strings.TrimPrefix(filepath.Base(binary), "steadyplane-")+".tar")
 	if _, err := os.Stat(archive); err != nil {
 		start := time.Now()
 		progressf("cluster DNS: writing the image %s (this binary) into %s", ref, importDir)
-		if err := images.WriteExecutableArchive(binary, "/usr/local/bin/steadyplane", ref, archive); err != nil {
+		if err := images.WriteExecutableArchive(binary, DNSImageBinary, ref, archive); err != nil {
 			return "", "", fmt.Errorf("the DNS image: %w", err)
 		}
 		progressf("cluster DNS: image written in %.1fs", time.Since(start).Seconds())
@@ -116,6 +115,15 @@ func DNSImage(binary, importDir string, progressf func(string, ...any)) (ref, ar
 		}
 	}
 	return ref, archive, nil
+}
+
+// DNSImageBinary is where the DNS image holds the binary.
+const DNSImageBinary = "/usr/local/bin/steadyplane"
+
+// DNSImageRef names the image of binary (InstallBinary's copy) that
+// CoreDNS runs from: steadyplane.io/steadyplane:<its hash>.
+func DNSImageRef(binary string) string {
+	return "steadyplane.io/steadyplane:" + strings.TrimPrefix(filepath.Base(binary), "steadyplane-")
 }
 
 // applyDNS writes the DNS's objects into the API.

@@ -2,10 +2,8 @@ package controlplane
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -38,7 +36,7 @@ func (cp *ControlPlane) prepareReadiness() error {
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
+	addr := cp.readinessWebhookAddr()
 	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.ClusterCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
@@ -73,33 +71,27 @@ func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error 
 	if err != nil {
 		return err
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(cp.pki.CA.CertPEM)
-	local := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-	defer local.CloseIdleConnections()
-	base := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
+	addr := cp.readinessWebhookAddr()
+	url := webhook.URL(addr)
 	return poll(ctx, cp.launcher.Runner(readinessPod), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
-		if err != nil {
+		if err := webhook.Healthy(ctx, addr, cp.pki.CA.CertPEM); err != nil {
 			return false, err.Error()
-		}
-		resp, err := local.Do(req)
-		if err != nil {
-			return false, "webhook: " + err.Error()
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, "webhook /healthz: " + resp.Status
 		}
 		conf, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, w := range conf.Webhooks {
-			if u := w.ClientConfig.URL; u != nil && *u == base+"/mutate" {
+			if u := w.ClientConfig.URL; u != nil && *u == url {
 				return true, ""
 			}
 		}
-		return false, "the webhook configuration does not send to " + base + "/mutate yet"
+		return false, "the webhook configuration does not send to " + url + " yet"
 	})
+}
+
+// readinessWebhookAddr is where this server's readiness-gate webhook
+// serves, and where its API server calls it.
+func (cp *ControlPlane) readinessWebhookAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
 }

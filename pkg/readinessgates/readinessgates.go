@@ -7,12 +7,10 @@ package readinessgates
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -89,7 +87,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return errors.New("--pod-cidr is required: the load-balancer gate checks only addresses in the cluster's pod network")
 	}
 	if o.WebhookURL == "" {
-		o.WebhookURL = "https://" + o.WebhookAddress + "/mutate"
+		o.WebhookURL = webhook.URL(o.WebhookAddress)
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -167,32 +165,21 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 }
 
-// waitServing waits until this process's webhook answers /healthz on
-// addr with a certificate of caBundle's CA (the API server is told about it
-// only then; a port that some other program holds is not taken for it).
+// waitServing waits until this process's webhook answers /healthz on addr
+// with a certificate of caBundle's CA (webhook.Healthy): the API server is
+// told about it only then, and a port that some other program holds is
+// not taken for it.
 func waitServing(ctx context.Context, addr string, caBundle []byte) error {
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caBundle) {
-		return errors.New("--ca-file holds no PEM certificate")
-	}
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
-	defer client.CloseIdleConnections()
-	var last error
+	var err error
 	for i := 0; i < 100; i++ {
-		resp, err := client.Get("https://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("/healthz: %s", resp.Status)
+		if err = webhook.Healthy(ctx, addr, caBundle); err == nil {
+			return nil
 		}
-		last = err
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the webhook does not serve on %s: %w", addr, last)
+	return fmt.Errorf("the webhook does not serve on %s: %w", addr, err)
 }

@@ -213,3 +213,26 @@ func cleanTemp(dir, pattern string) {
 		os.Remove(m)
 	}
 }
+
+// AddExecutable puts the image of the executable at path (ExecutableImage,
+// run as binPath) into the store as ref, unless the store has ref already:
+// what WriteExecutableArchive and an import of its archive do, without the
+// archive in between (a node that has no agent to import it at start).
+func (s *Store) AddExecutable(path, binPath, ref string, o UnpackOptions) error {
+	if _, ok, err := s.Get(ref); err == nil && ok {
+		return nil
+	}
+	_, normalized, err := Normalize(ref)
+	if err != nil {
+		return err
+	}
+	img, err := ExecutableImage(path, binPath, s.root)
+	if err != nil {
+		return err
+	}
+	defer cleanTemp(s.root, ".layer-*.tmp")
+	if _, err := s.Add(img, []string{normalized}, nil, o); err != nil {
+		return fmt.Errorf("the image %s: %w", ref, err)
+	}
+	return nil
+}

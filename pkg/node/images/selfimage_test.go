@@ -96,6 +96,49 @@ func TestExecutableArchive(t *testing.T) {
 	}
 }
 
+// TestAddExecutable: the image goes into the store under its name, the
+// same image an import of WriteExecutableArchive's archive gives, and
+// adding it again does nothing.
+func TestAddExecutable(t *testing.T) {
+	ls, err := exec.LookPath("ls")
+	if err != nil {
+		t.Fatalf("ls (coreutils), the dynamic executable the test reads, is not on this machine: %v", err)
+	}
+	const ref = "steadyplane.io/ls:1"
+	rootless := UnpackOptions{Rootless: os.Geteuid() != 0}
+	direct, err := Open(filepath.Join(t.TempDir(), "direct"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.AddExecutable(ls, "/usr/local/bin/ls", ref, rootless); err != nil {
+		t.Fatal(err)
+	}
+	added, ok, err := direct.Get(ref)
+	if err != nil || !ok {
+		t.Fatalf("%s after AddExecutable: %v, %v", ref, ok, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(direct.root, ".layer-*")); len(left) != 0 {
+		t.Errorf("temporary layers left: %v", left)
+	}
+	if err := direct.AddExecutable("/nonexistent", "/usr/local/bin/ls", ref, rootless); err != nil {
+		t.Errorf("adding a name the store has: %v; want nothing done", err)
+	}
+	imported, err := Open(filepath.Join(t.TempDir(), "imported"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "ls.tar")
+	if err := WriteExecutableArchive(ls, "/usr/local/bin/ls", ref, archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := imported.Import(archive, rootless); err != nil {
+		t.Fatal(err)
+	}
+	if viaArchive, _, err := imported.Get(ref); err != nil || viaArchive.ID != added.ID {
+		t.Errorf("the image added directly is %s, through an archive %s (%v); want the same", added.ID, viaArchive.ID, err)
+	}
+}
+
 func TestParentDirs(t *testing.T) {
 	for path, want := range map[string][]string{
 		"/usr/lib/x86_64-linux-gnu/libc.so.6": {"/usr", "/usr/lib", "/usr/lib/x86_64-linux-gnu"},

@@ -12,6 +12,7 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,6 +204,34 @@ func Register(ctx context.Context, client kubernetes.Interface, url string, caBu
 	})
 	if err != nil {
 		return fmt.Errorf("registering MutatingWebhookConfiguration %s: %w", ConfigurationName, err)
+	}
+	return nil
+}
+
+// URL is where an API server calls the webhook that serves on addr.
+func URL(addr string) string { return "https://" + addr + "/mutate" }
+
+// Healthy asks the webhook serving on addr for /healthz, trusting only the
+// CA in caPEM: nil when this webhook, not some other program on its port,
+// answers.
+func Healthy(ctx context.Context, addr string, caPEM []byte) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return errors.New("the webhook's CA file holds no PEM certificate")
+	}
+	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+	defer transport.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second, Transport: transport}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("webhook /healthz on %s: %s", addr, resp.Status)
 	}
 	return nil
 }
