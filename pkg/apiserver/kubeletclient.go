@@ -62,10 +62,7 @@ const NodeProxierBinding = "steadyplane:node-proxier"
 func nodePeersAccess() []any {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: NodePeersRole, Labels: rbacutil.ManagedBy},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
-	proxier := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: NodeProxierBinding, Labels: rbacutil.ManagedBy},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: user.NodesGroup}}}
-	return []any{role, rbacutil.GroupBinding(NodePeersRole, user.NodesGroup), proxier}
+	return []any{role, rbacutil.GroupBinding(NodePeersRole, user.NodesGroup), rbacutil.NamedGroupBinding(NodeProxierBinding, "system:node-proxier", user.NodesGroup)}
 }
 
 // installRBAC adds a post-start hook named hook that makes objs

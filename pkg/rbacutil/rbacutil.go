@@ -82,6 +82,15 @@ func GroupBinding(role, group string) any {
 	return binding(role, "", "ClusterRole", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group})
 }
 
+// NamedGroupBinding binds ClusterRole role to group under name: for a
+// role of upstream's bootstrap policy, whose own name is taken by
+// upstream's binding of it.
+func NamedGroupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: ManagedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}}}
+}
+
 // ServiceAccountBinding binds Role role in namespace to a service account there.
 func ServiceAccountBinding(role, namespace, serviceAccount string) any {
 	return binding(role, namespace, "Role", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: namespace})

@@ -70,8 +70,8 @@ func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed [
 		// A worker node (steadyplane node --server) asks for its client
 		// certificate with a token, which the controller manager
 		// approves, as kubeadm's TLS bootstrapping.
-		groupBinding("steadyplane:node-bootstrapper", "system:node-bootstrapper", JoinGroup),
-		groupBinding("steadyplane:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", JoinGroup),
+		rbacutil.NamedGroupBinding("steadyplane:node-bootstrapper", "system:node-bootstrapper", JoinGroup),
+		rbacutil.NamedGroupBinding("steadyplane:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", JoinGroup),
 	)
 }
 
@@ -115,13 +115,6 @@ func PublishServers(ctx context.Context, client kubernetes.Interface, caPEM []by
 		return err
 	}
 	return applyClusterInfo(ctx, client, string(data))
-}
-
-// groupBinding binds ClusterRole role to group under name.
-func groupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
-	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: rbacutil.ManagedBy},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group}}}
 }
 
 func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Secret) error {
