@@ -1,27 +1,12 @@
 package main
 
 import (
-	"os"
 	"slices"
 
-	"github.com/coredns/coredns/core/dnsserver"
-	"github.com/coredns/coredns/coremain"
 	"github.com/spf13/cobra"
 
-	// The plugins the cluster's Corefile uses (clusterdns.Corefile), and
-	// no others.
-	_ "github.com/coredns/coredns/plugin/cache"
-	_ "github.com/coredns/coredns/plugin/errors"
-	_ "github.com/coredns/coredns/plugin/forward"
-	_ "github.com/coredns/coredns/plugin/health"
-	_ "github.com/coredns/coredns/plugin/kubernetes"
-	_ "github.com/coredns/coredns/plugin/loop"
-	_ "github.com/coredns/coredns/plugin/metrics"
-	_ "github.com/coredns/coredns/plugin/ready"
+	"github.com/steadyplane/steadyplane/pkg/addons/coredns/server"
 )
-
-// dnsPlugins are the CoreDNS plugins compiled in, by directive name.
-var dnsPlugins = []string{"errors", "health", "ready", "prometheus", "cache", "kubernetes", "loop", "forward"}
 
 // newDNSCommand is CoreDNS (github.com/coredns/coredns) with the plugins a
 // cluster's DNS needs: its own flags (-conf, -dns.port, -plugins, ...) as
@@ -45,10 +30,7 @@ ConfigMap kube-system/coredns. Its flags are CoreDNS's own (single dash):
 			if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" }) {
 				return cmd.Help()
 			}
-			// Only these plugins, in CoreDNS's own order of directives.
-			dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool { return !slices.Contains(dnsPlugins, d) })
-			os.Args = append([]string{"coredns"}, args...)
-			coremain.Run()
+			server.Run(args)
 			return nil
 		},
 	}

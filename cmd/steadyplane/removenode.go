@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/steadyplane/steadyplane/pkg/controlplane"
+	"github.com/steadyplane/steadyplane/pkg/join"
 )
 
 func newRemoveNodeCommand() *cobra.Command {
@@ -25,7 +25,7 @@ it once more, run "steadyplane cleanup --remove-data" there, then "up --server .
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			out := cmd.OutOrStdout()
-			return controlplane.RemoveNode(ctx, dataDir, args[0], func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) })
+			return join.RemoveNode(ctx, dataDir, args[0], func(f string, a ...any) { fmt.Fprintf(out, f+"\n", a...) })
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", dataDir, "Data directory of a server of the cluster (its admin kubeconfig and etcd client certificate are used).")

@@ -2,50 +2,89 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
 	"github.com/steadyplane/steadyplane/pkg/healthz"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	netutils "k8s.io/utils/net"
 
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
-// APIServerURL is where clients reach the API server.
-func (cp *ControlPlane) APIServerURL() string {
-	host := cp.opts.BindAddress
-	if ip := netutils.ParseIPSloppy(host); ip == nil || ip.IsUnspecified() {
-		host = cp.advertise.String()
-	}
-	return "https://" + net.JoinHostPort(host, strconv.Itoa(cp.opts.APIServerPort))
+// prepareAPIServer decides the API server's process.
+func (cp *ControlPlane) prepareAPIServer() error {
+	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: cp.dir.log("apiserver")}
+	return nil
 }
 
 func (cp *ControlPlane) apiserverArgs() []string {
 	var also []string
-	if cp.bridgeAddress != nil {
-		also = []string{cp.bridgeAddress.String()}
+	if cp.addr.bridge != nil {
+		also = []string{cp.addr.bridge.String()}
 	}
 	return append(APIServerArgs(cp.pki, APIServer{
 		AdditionalBindAddresses:    also,
-		EtcdServers:                []string{cp.etcdClientURL()},
+		EtcdServers:                []string{cp.addr.etcdClientURL()},
 		BindAddress:                cp.opts.BindAddress,
-		AdvertiseAddress:           cp.advertise,
+		AdvertiseAddress:           cp.addr.advertise,
 		Port:                       cp.opts.APIServerPort,
 		ServiceCIDR:                cp.opts.ServiceCIDR,
-		CertDir:                    filepath.Join(cp.dataDir, "apiserver-certs"),
+		CertDir:                    cp.dir.apiserverCerts(),
 		RetryAfterIfNotInitialized: cp.opts.RetryAfterIfNotInitialized,
 		RetryAfter:                 cp.opts.RetryAfter,
 		AlternativeServices:        cp.opts.AlternativeServices,
 		AdmissionConfigFile:        cp.admissionConfig,
-		EncryptionConfigFile:       cp.encryptionConfigPath(),
+		EncryptionConfigFile:       cp.dir.encryptionConfig(),
 	}), cp.opts.ExtraAPIServerArgs...)
+}
+
+// apiserverPod is the API server's static pod: the PKI, its certificates'
+// directory and its configuration; probes on its bind address.
+func (cp *ControlPlane) apiserverPod(binary string) staticpod.Spec {
+	return staticpod.Spec{Name: apiserverComponent, Binary: binary, Args: cp.APIServer.Args,
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.apiserverCerts()}, {Path: cp.dir.apiserverConfigDir(), ReadOnly: true}},
+		Liveness:  &staticpod.HTTPSCheck{Host: cp.addr.probeHost(), Port: cp.opts.APIServerPort, Path: "/livez"},
+		// Without it, a revision that crashes is Ready for the moment
+		// it runs, and the operator would take that for a rollout done.
+		Readiness: &staticpod.HTTPSCheck{Host: cp.addr.probeHost(), Port: cp.opts.APIServerPort, Path: "/readyz"}}
+}
+
+// installAPIServer puts the API server's static pod in place: its
+// revision (the fallback's bootstrap: the last-known-good one, or the
+// first) when it runs as revisions, else its manifest.
+func (cp *ControlPlane) installAPIServer(ctx context.Context) error {
+	if !cp.fallbackOn() {
+		return cp.writeManifests(apiserverComponent)
+	}
+	if err := bootstrap.InstallOperand(ctx, cp.dir.apiserverRevisions(), cp.firstRevision, cp.progressf); err != nil {
+		return fmt.Errorf("installing the API server's revision: %w", err)
+	}
+	return nil
+}
+
+// waitAPIServerServing waits until the API server is ready, then makes
+// what the node's static pods need of the API: their mirror pods are
+// refused until their RuntimeClass exists.
+func (cp *ControlPlane) waitAPIServerServing(ctx context.Context) error {
+	if err := cp.WaitAPIServerReady(ctx); err != nil {
+		return err
+	}
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	if err := EnsureHostRuntimeClass(ctx, client); err != nil {
+		return err
+	}
+	return EnsureHostRuntimeClassPolicy(ctx, client)
 }
 
 // APIServer is what differs between the API servers of a control plane.
@@ -161,7 +200,7 @@ func WaitReadyz(ctx context.Context, cfg *rest.Config, p *Process, timeout time.
 	}
 	rc := client.Discovery().RESTClient()
 	var lastShown time.Time
-	return poll(ctx, p, timeout, 250*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return poll(ctx, p, timeout, readyPoll, func(ctx context.Context) (bool, string) {
 		var code int
 		body, err := rc.Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
 		if code == http.StatusOK {

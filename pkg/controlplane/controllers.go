@@ -3,13 +3,13 @@ package controlplane
 import (
 	"context"
 	"crypto/x509"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
@@ -94,6 +94,9 @@ func SchedulerArgs(s Scheduler) []string {
 // (system:kube-controller-manager, system:kube-scheduler), their
 // kubeconfigs, and their processes.
 func (cp *ControlPlane) prepareControllers() error {
+	if !cp.opts.Controllers {
+		return nil
+	}
 	cm, err := cp.componentKubeconfig("controller-manager", "system:kube-controller-manager")
 	if err != nil {
 		return err
@@ -104,12 +107,28 @@ func (cp *ControlPlane) prepareControllers() error {
 	}
 	// Each node's pod range is allocated from the cluster's; the first
 	// server's node agent is given the first range before that.
-	cp.ControllerManager = &Process{Name: "controller-manager", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "controller-manager.log"),
+	cp.ControllerManager = &Process{Name: "controller-manager", Binary: cp.opts.Binary, LogPath: cp.dir.log("controller-manager"),
 		Args: ControllerManagerArgs(cp.pki, ControllerManager{Kubeconfig: cm, Port: cp.opts.ControllerManagerPort, ClusterCIDR: cp.opts.ClusterCIDR,
-			NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: filepath.Join(cp.dataDir, "controller-manager")})}
-	cp.Scheduler = &Process{Name: "scheduler", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "scheduler.log"),
+			NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: cp.dir.path("controller-manager")})}
+	cp.Scheduler = &Process{Name: "scheduler", Binary: cp.opts.Binary, LogPath: cp.dir.log("scheduler"),
 		Args: SchedulerArgs(Scheduler{Kubeconfig: sched, Port: cp.opts.SchedulerPort})}
 	return nil
+}
+
+// controllerManagerPod is the controller manager's static pod: the PKI
+// (its signers' keys), its kubeconfig and its serving certificate's
+// directory.
+func (cp *ControlPlane) controllerManagerPod(binary string) staticpod.Spec {
+	return staticpod.Spec{Name: controllerManagerComponent, Binary: binary, Args: cp.ControllerManager.Args,
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.kubeconfig("controller-manager"), ReadOnly: true}, {Path: cp.dir.path("controller-manager")}},
+		Liveness:  &staticpod.HTTPSCheck{Port: cp.opts.ControllerManagerPort, Path: "/healthz"}}
+}
+
+// schedulerPod is the scheduler's static pod: its kubeconfig alone.
+func (cp *ControlPlane) schedulerPod(binary string) staticpod.Spec {
+	return staticpod.Spec{Name: schedulerComponent, Binary: binary, Args: cp.Scheduler.Args,
+		HostPaths: []staticpod.HostPath{{Path: cp.dir.kubeconfig("scheduler"), ReadOnly: true}},
+		Liveness:  &staticpod.HTTPSCheck{Port: cp.opts.SchedulerPort, Path: "/healthz"}}
 }
 
 // componentKubeconfig issues a client certificate for user (from the
@@ -127,31 +146,20 @@ func (cp *ControlPlane) writeComponentKubeconfig(write func(path, server, user s
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(cp.dataDir, name+".kubeconfig")
+	path := cp.dir.kubeconfig(name)
 	return path, write(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
 }
 
 // StartControllers starts the controller manager and the scheduler and
 // waits until each leads, reporting both.
 func (cp *ControlPlane) StartControllers(ctx context.Context) error {
-	start := time.Now()
-	names := []string{controllerManagerComponent, schedulerComponent}
-	if err := cp.launcher.Start(ctx, names...); err != nil {
-		return err
-	}
-	for _, name := range names {
-		if err := cp.waitReady(ctx, name); err != nil {
-			return err
-		}
-		cp.reportReady(name, time.Since(start))
-	}
-	return nil
+	return cp.startStage(ctx, stage{start: []string{controllerManagerComponent, schedulerComponent}, ready: []string{controllerManagerComponent, schedulerComponent}})
 }
 
-// WaitControllerManagerReady waits until the controller manager holds its
+// waitControllerManagerReady waits until the controller manager holds its
 // leader lease and has made the default namespace's service account (pods
 // are refused until it exists).
-func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
+func (cp *ControlPlane) waitControllerManagerReady(ctx context.Context) error {
 	if err := cp.waitLeader(ctx, controllerManagerComponent); err != nil {
 		return err
 	}
@@ -159,7 +167,7 @@ func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.launcher.Runner(controllerManagerComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return cp.waitFor(ctx, controllerManagerComponent, readyPoll, func(ctx context.Context) (bool, string) {
 		if _, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return false, err.Error()
 		}
@@ -167,8 +175,8 @@ func (cp *ControlPlane) WaitControllerManagerReady(ctx context.Context) error {
 	})
 }
 
-// WaitSchedulerReady waits until the scheduler holds its leader lease.
-func (cp *ControlPlane) WaitSchedulerReady(ctx context.Context) error {
+// waitSchedulerReady waits until the scheduler holds its leader lease.
+func (cp *ControlPlane) waitSchedulerReady(ctx context.Context) error {
 	return cp.waitLeader(ctx, schedulerComponent)
 }
 
@@ -180,9 +188,8 @@ func (cp *ControlPlane) waitLeader(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	p := cp.launcher.Runner(name)
 	started := time.Now()
-	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return cp.waitFor(ctx, name, readyPoll, func(ctx context.Context) (bool, string) {
 		l, err := client.CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -1,17 +1,37 @@
-// Package controlplane runs a single-node steadyplane control plane: it
-// prepares the PKI and kubeconfig in a data directory, starts "steadyplane etcd"
-// and "steadyplane apiserver" as child processes, waits until each is ready,
-// restarts either if it dies, and stops them in order. "steadyplane up" is a
-// thin shell over Run; tests and benchmarks use the same steps one by one.
+// Package controlplane is "steadyplane up": it runs one server of a
+// steadyplane cluster from a data directory, the cluster's first server or
+// one that joins it (--server with a token; package join).
+//
+// Prepare locks the data directory and makes or reuses what the server
+// needs there (layout.go): the cluster's CAs and keys (received sealed
+// when joining), a client certificate and kubeconfig per component, the
+// API server's admission and secrets-encryption configuration, and, on a
+// joining server, its etcd member, added as a learner. The components are
+// one table (components.go): etcd, kube-apiserver and the node agent; the
+// controller manager and the scheduler; kube-proxy (package
+// addons/kubeproxy); the KubeAPIServer operator, which from then on rolls
+// the API server out as revisions a startup monitor falls back from
+// (package fallback); CoreDNS (package addons/coredns); the readiness-gate
+// webhook and controller (package readinessgates). Run starts them stage
+// by stage (order.go), each stage waiting until its components are ready;
+// components that are switched off, or that the machine cannot run, are
+// left out. With runc they run as static pods on the node agent, otherwise
+// as child processes of up (launcher.go). Once the API server serves, Run
+// publishes what joining servers and workers need, keeps the admin
+// kubeconfig's list of API servers current (cluster.go), restarts its
+// child processes when they exit (under static pods the node agent
+// restarts the pods), and when its context ends stops everything in
+// reverse order.
+//
+// Tests and benchmarks run the same steps one by one (Prepare, StartEtcd,
+// StartAPIServer, WaitAPIServerReady, ...).
 package controlplane
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -20,24 +40,31 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/steadyplane/steadyplane/pkg/clusterdns"
+	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
+	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
-// ControlPlane is a prepared data directory and the child processes run from it.
+// ControlPlane is a prepared data directory and the components run from it.
 type ControlPlane struct {
-	opts       Options
-	dataDir    string
-	pki        *pki.Cluster
-	kubeconfig string
-	advertise  net.IP
-	// bridgeAddress is the address up put on the pod bridge for the
-	// cluster (see OwnsNodeAddress); nil when it uses the one named.
-	bridgeAddress net.IP
-	lock          *os.File
+	opts Options
+	// dir is the data directory; lock holds it for this process.
+	dir  layout
+	lock *os.File
+	// addr is where the components listen and are reached.
+	addr addresses
+	pki  *pki.Cluster
+	// state is what the data directory records about its cluster;
+	// etcdJoin is set while this server's etcd member joins it.
+	state    join.State
+	etcdJoin *join.EtcdJoin
+	// sealedEncryption is the encryption configuration the published
+	// join data carries.
+	sealedEncryption []byte
 	// admissionConfig is the API server's admission configuration file.
 	admissionConfig string
 
+	// The components' processes, nil for those this run does not have.
 	Etcd, APIServer, ControllerManager, Scheduler, Node, Proxy, Readiness *Process
 
 	// nodeRuntime is the node agent's runtime on this machine (runc or
@@ -47,24 +74,20 @@ type ControlPlane struct {
 	staticPods  bool
 	// proxyMode is kube-proxy's mode on this machine.
 	proxyMode string
-	// dns is the cluster's DNS, nil without.
-	dns *clusterdns.Config
+	// dns is the cluster's DNS, nil without; dnsImage adds its image to
+	// the node's store while the stages before it start.
+	dns      *coredns.Config
+	dnsImage *pending
 	// launcher runs the components: child processes unless Run chooses
 	// static pods.
 	launcher Launcher
-	// bin is the binary the static pods run.
+	// bin is the installed binary the static pods run.
 	bin string
-	// state is what the data directory records about its cluster.
-	state ClusterState
-	// etcdJoin is set while this server's etcd member joins the cluster.
-	etcdJoin *etcdJoin
-	// sealedEncryption is the encryption configuration the published
-	// join data carries.
-	sealedEncryption []byte
 }
 
 // Prepare checks the options, takes the data directory's lock (one control
-// plane per directory), and creates or reuses the PKI and the admin kubeconfig.
+// plane per directory), and creates or reuses the PKI, the kubeconfigs and
+// the components' processes (the table's prepare, in order).
 func Prepare(o Options) (*ControlPlane, error) {
 	o.complete()
 	if err := o.validate(); err != nil {
@@ -86,79 +109,52 @@ func Prepare(o Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{opts: o, dataDir: dataDir, lock: lock}
+	cp := &ControlPlane{opts: o, dir: layout(dataDir), lock: lock}
 	cp.launcher = processLauncher{cp: cp}
-	if cp.opts.Binary == "" {
-		if cp.opts.Binary, err = os.Executable(); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	if cp.state, err = LoadClusterState(dataDir); err != nil {
+	if err := cp.prepare(); err != nil {
 		cp.Close()
 		return nil, err
+	}
+	return cp, nil
+}
+
+// prepare is Prepare once the directory is locked.
+func (cp *ControlPlane) prepare() error {
+	var err error
+	if cp.opts.Binary == "" {
+		if cp.opts.Binary, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	if cp.state, err = join.LoadState(string(cp.dir)); err != nil {
+		return err
 	}
 	joinCtx, cancel := context.WithTimeout(context.Background(), cp.opts.ReadyTimeout)
 	defer cancel()
 	if err := cp.prepareJoin(joinCtx); err != nil {
-		cp.Close()
-		return nil, err
+		return err
 	}
 	if err := cp.preparePKI(); err != nil {
-		cp.Close()
-		return nil, err
+		return err
 	}
 	if err := cp.prepareJoinedNode(joinCtx); err != nil {
-		cp.Close()
-		return nil, err
+		return err
 	}
 	if cp.admissionConfig, err = cp.writeAdmissionConfig(); err != nil {
-		cp.Close()
-		return nil, err
+		return err
 	}
 	if err := cp.ensureEncryptionConfig(nil); err != nil {
-		cp.Close()
-		return nil, err
+		return err
 	}
-	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: filepath.Join(dataDir, "logs", "etcd.log")}
-	cp.APIServer = &Process{Name: "apiserver", Binary: cp.opts.Binary, Args: cp.apiserverArgs(), LogPath: filepath.Join(dataDir, "logs", "apiserver.log")}
-	if cp.opts.Controllers {
-		if err := cp.prepareControllers(); err != nil {
-			cp.Close()
-			return nil, err
+	for _, c := range components {
+		if c.prepare == nil {
+			continue
+		}
+		if err := c.prepare(cp); err != nil {
+			return err
 		}
 	}
-	if cp.opts.Node {
-		if err := cp.prepareNode(); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	if cp.opts.Proxy && cp.Node != nil {
-		if err := cp.prepareProxy(exec.LookPath); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	if cp.opts.DNS && cp.Node != nil {
-		if err := cp.prepareDNS(); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	if cp.opts.Fallback.Enabled(cp.opts.Controllers && cp.opts.Node) {
-		if err := cp.prepareFallback(); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	if cp.opts.ReadinessController {
-		if err := cp.prepareReadiness(); err != nil {
-			cp.Close()
-			return nil, err
-		}
-	}
-	return cp, nil
+	return nil
 }
 
 // lockDir takes an exclusive lock on the data directory, so that a second
@@ -176,17 +172,20 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // Kubeconfig is the path of the admin kubeconfig.
-func (cp *ControlPlane) Kubeconfig() string { return cp.kubeconfig }
+func (cp *ControlPlane) Kubeconfig() string { return cp.dir.adminKubeconfig() }
 
 // DataDir is the absolute data directory.
-func (cp *ControlPlane) DataDir() string { return cp.dataDir }
+func (cp *ControlPlane) DataDir() string { return string(cp.dir) }
 
 // PKI returns the certificates and keys of the control plane.
 func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
 
+// APIServerURL is where clients reach the API server.
+func (cp *ControlPlane) APIServerURL() string { return cp.addr.apiserverURL() }
+
 // store is the control plane's PKI directory, reporting what it issues.
 func (cp *ControlPlane) store() *pki.Store {
-	return &pki.Store{Dir: filepath.Join(cp.dataDir, "pki"), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+	return &pki.Store{Dir: cp.dir.pkiDir(), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
 }
 
 // adminClient returns a clientset with the admin credentials.
@@ -200,7 +199,7 @@ func (cp *ControlPlane) adminClient() (kubernetes.Interface, error) {
 
 // AdminConfig returns a client configuration with the admin credentials.
 func (cp *ControlPlane) AdminConfig() (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", cp.kubeconfig)
+	return clientcmd.BuildConfigFromFlags("", cp.Kubeconfig())
 }
 
 // Close releases the data directory lock. It does not stop the children.
@@ -218,6 +217,17 @@ func (cp *ControlPlane) progressf(format string, args ...any) {
 }
 
 func isConnRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// readyPoll is how often a component's readiness is asked while it starts:
+// often enough that a start is seen within a few tens of milliseconds,
+// each check a local request.
+const readyPoll = 50 * time.Millisecond
+
+// waitFor calls check every interval until it succeeds, the runner of the
+// named component exits, ctx ends, or the ready timeout passes.
+func (cp *ControlPlane) waitFor(ctx context.Context, name string, interval time.Duration, check func(context.Context) (bool, string)) error {
+	return poll(ctx, cp.launcher.Runner(name), cp.opts.ReadyTimeout, interval, check)
+}
 
 // poll calls check until it succeeds, p exits (an error with the end of its
 // log), ctx ends, or timeout passes.
@@ -243,5 +253,32 @@ func poll(ctx context.Context, p *Process, timeout, interval time.Duration, chec
 			return ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// pending is work that runs while up goes on (the DNS image), and its
+// outcome once done.
+type pending struct {
+	done chan struct{}
+	err  error
+}
+
+// startPending runs f in the background.
+func startPending(f func() error) *pending {
+	p := &pending{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.err = f()
+	}()
+	return p
+}
+
+// wait is f's error once it is done, or ctx's.
+func (p *pending) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
+	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -226,28 +228,28 @@ func TestComponentManifests(t *testing.T) {
 	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := InstallBinary(src, filepath.Join(cp.DataDir(), "bin"))
+	bin, err := binary.Install(src, filepath.Join(cp.DataDir(), "bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := InstallBinary(src, filepath.Join(cp.DataDir(), "bin"))
+	again, err := binary.Install(src, filepath.Join(cp.DataDir(), "bin"))
 	if err != nil || again != bin {
 		t.Fatalf("installing the same binary again: %s, %v; want %s", again, err, bin)
 	}
-	if st, err := os.Stat(bin); err != nil || st.Mode().Perm() != 0o700 {
+	if st, err := os.Stat(bin); err != nil || st.Mode().Perm() != binary.Mode {
 		t.Fatalf("installed binary: %v %v", err, st)
 	}
 	manifests := t.TempDir()
 	// kube-proxy runs only with runc as root, which a unit test has not:
 	// its process as prepareProxy makes it there.
-	cp.Proxy = &Process{Name: proxyComponent, Args: ProxyArgs(Proxy{Kubeconfig: filepath.Join(cp.DataDir(), "kube-proxy.kubeconfig"), NodeName: "n1",
-		Mode: ProxyModeNFTables, ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})}
-	components := cp.Components(bin)
+	cp.Proxy = &Process{Name: proxyComponent, Args: kubeproxy.Args(kubeproxy.Config{Kubeconfig: filepath.Join(cp.DataDir(), "kube-proxy.kubeconfig"), NodeName: "n1",
+		Mode: kubeproxy.ModeNFTables, ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})}
+	components := cp.podSpecs(bin)
 	if len(components) != 6 {
 		t.Fatalf("%d components, want etcd, API server, controller manager, scheduler, kube-proxy, readiness controller", len(components))
 	}
 	for _, c := range components {
-		if err := WriteManifest(manifests, c.Pod()); err != nil {
+		if err := staticpod.Write(manifests, c.Pod()); err != nil {
 			t.Fatal(err)
 		}
 		path := filepath.Join(manifests, c.Name+".yaml")
@@ -303,7 +305,7 @@ func TestValidateProxy(t *testing.T) {
 func TestAPIServerLivenessOnBindAddress(t *testing.T) {
 	for bind, want := range map[string]string{"127.0.0.1": "127.0.0.1", "10.0.0.2": "10.0.0.2", "0.0.0.0": "127.0.0.1"} {
 		cp := prepared(t, func(o *Options) { o.BindAddress = bind })
-		for _, c := range cp.Components("/bin/true") {
+		for _, c := range cp.podSpecs("/bin/true") {
 			if c.Name != "kube-apiserver" {
 				continue
 			}

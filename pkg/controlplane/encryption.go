@@ -20,12 +20,6 @@ import (
 // admission configuration (the directory its static pod mounts).
 const encryptionFile = "encryption.yaml"
 
-// encryptionConfigPath is where the API server reads which keys encrypt
-// Secrets in etcd.
-func (cp *ControlPlane) encryptionConfigPath() string {
-	return filepath.Join(cp.admissionConfigDir(), encryptionFile)
-}
-
 // NewEncryptionConfig is an EncryptionConfiguration that encrypts Secrets
 // with a fresh 32-byte secretbox key named key1 (as k3s's
 // --secrets-encryption), and still reads Secrets written in the clear.
@@ -51,7 +45,7 @@ func NewEncryptionConfig() ([]byte, error) {
 // user may have rotated its keys), or writes received (a joining server's,
 // from the cluster), or a new one. The file holds keys: 0600.
 func (cp *ControlPlane) ensureEncryptionConfig(received []byte) error {
-	path := cp.encryptionConfigPath()
+	path := cp.dir.encryptionConfig()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func TestEncryptionConfigLoads(t *testing.T) {
 
 func TestEncryptionConfigKept(t *testing.T) {
 	cp := prepared(t, func(*Options) {})
-	path := cp.encryptionConfigPath()
+	path := cp.dir.encryptionConfig()
 	first, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -15,30 +15,46 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
-func (cp *ControlPlane) etcdClientURL() string {
-	return "https://127.0.0.1:" + strconv.Itoa(cp.opts.EtcdClientPort)
+// prepareEtcd decides etcd's process: this server's member, joining the
+// cluster when etcdJoin says so.
+func (cp *ControlPlane) prepareEtcd() error {
+	cp.Etcd = &Process{Name: "etcd", Binary: cp.opts.Binary, Args: cp.etcdArgs(), LogPath: cp.dir.log("etcd")}
+	return nil
 }
 
 func (cp *ControlPlane) etcdArgs() []string {
 	m := EtcdMember{
 		Name:           cp.etcdName(),
-		DataDir:        cp.etcdDataDir(),
-		ClientURL:      cp.etcdClientURL(),
-		PeerURL:        cp.etcdPeerURL(),
-		InitialCluster: cp.etcdName() + "=" + cp.etcdPeerURL(),
+		DataDir:        cp.dir.etcdData(),
+		ClientURL:      cp.addr.etcdClientURL(),
+		PeerURL:        cp.addr.etcdPeerURL(),
+		InitialCluster: cp.etcdName() + "=" + cp.addr.etcdPeerURL(),
 	}
-	if ip := cp.hostAddress(); ip != nil {
+	if ip := cp.addr.host(); ip != nil {
 		// Other servers' members and joining servers reach this one at
 		// the host's address; its own API server stays on loopback.
 		m.AdvertiseClientURL = "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(cp.opts.EtcdClientPort))
 	}
 	if cp.etcdJoin != nil {
-		m.InitialCluster, m.InitialClusterState = cp.etcdJoin.initialCluster, "existing"
+		m.InitialCluster, m.InitialClusterState = cp.etcdJoin.InitialCluster, "existing"
 	}
+	// The cluster's only member needs no votes but its own: waiting out a
+	// full election timeout at every start (up to a second of etcd's
+	// default) protects nothing. Servers that join later keep etcd's
+	// defaults, and pre-vote keeps this one from disturbing their leader.
+	m.Lone = !cp.joined() && cp.etcdJoin == nil && len(cp.state.Servers) <= 1
 	return EtcdArgs(cp.pki, m)
+}
+
+// etcdPod is etcd's static pod: its data and the PKI.
+func (cp *ControlPlane) etcdPod(binary string) staticpod.Spec {
+	return staticpod.Spec{Name: etcdComponent, Binary: binary, Args: cp.Etcd.Args,
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.etcdData()}}}
 }
 
 // EtcdMember is what differs between the members of an etcd cluster.
@@ -52,6 +68,9 @@ type EtcdMember struct {
 	// InitialClusterState is "existing" for a member joining a running
 	// cluster; empty means "new".
 	InitialClusterState string
+	// Lone is the cluster's only member: it elects itself in a quarter of
+	// a second (heartbeat 50ms, election 250ms) instead of up to a second.
+	Lone bool
 }
 
 // EtcdArgs returns the arguments of "steadyplane etcd" for member m, with
@@ -80,6 +99,9 @@ func EtcdArgs(p *pki.Cluster, m EtcdMember) []string {
 	if m.InitialClusterState != "" {
 		args = append(args, "--initial-cluster-state="+m.InitialClusterState)
 	}
+	if m.Lone {
+		args = append(args, "--heartbeat-interval=50", "--election-timeout=250")
+	}
 	return args
 }
 
@@ -93,6 +115,24 @@ func (cp *ControlPlane) StartEtcd(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// waitEtcdMember waits until this server's member serves: a joining
+// member is promoted once caught up, and serves only then; a member others
+// can join gets its host address as peer URL.
+func (cp *ControlPlane) waitEtcdMember(ctx context.Context) error {
+	member := cp.localMember()
+	if j := cp.etcdJoin; j != nil {
+		if err := member.AfterStart(ctx, j, cp.addr.host() != nil, cp.opts.ReadyTimeout); err != nil {
+			return err
+		}
+		cp.etcdJoin = nil
+		return cp.waitEtcd(ctx)
+	}
+	if err := cp.waitEtcd(ctx); err != nil {
+		return err
+	}
+	return member.AfterStart(ctx, nil, cp.addr.host() != nil, cp.opts.ReadyTimeout)
 }
 
 func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
@@ -119,8 +159,8 @@ func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return poll(ctx, p, cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.etcdClientURL()+"/health", nil)
+	return poll(ctx, p, cp.opts.ReadyTimeout, readyPoll, func(ctx context.Context) (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.addr.etcdClientURL()+"/health", nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			return false, err.Error()
@@ -144,12 +184,12 @@ func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 // reach a quorum. The other servers must join again, from clean data
 // directories.
 func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(cp.etcdDataDir(), "member", "wal")); err != nil {
-		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.etcdDataDir())
+	if _, err := os.Stat(filepath.Join(cp.dir.etcdData(), "member", "wal")); err != nil {
+		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.dir.etcdData())
 	}
 	cp.progressf("cluster reset: making this server's etcd member a cluster of one, with its data")
 	p := &Process{Name: "etcd (cluster reset)", Binary: cp.opts.Binary, Args: append(cp.etcdArgs(), "--force-new-cluster"),
-		LogPath: filepath.Join(cp.dataDir, "logs", "etcd-cluster-reset.log")}
+		LogPath: cp.dir.log("etcd-cluster-reset")}
 	if err := p.Start(); err != nil {
 		return err
 	}
@@ -160,7 +200,7 @@ func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
 	}
 	u, _ := url.Parse(cp.APIServerURL())
 	cp.state.Servers = []string{u.Host}
-	if err := saveClusterState(cp.dataDir, cp.state); err != nil {
+	if err := join.SaveState(string(cp.dir), cp.state); err != nil {
 		return err
 	}
 	cp.progressf("cluster reset done: this server is the cluster's only one; other servers join again with up --server from new data directories")

@@ -11,11 +11,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
 	"github.com/steadyplane/steadyplane/pkg/fallback/installer"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
-	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
 // fallbackOn says whether this run rolls the API server out as revisions:
@@ -27,8 +28,11 @@ func (cp *ControlPlane) fallbackOn() bool {
 }
 
 // prepareFallback issues the operator's and the startup monitor's client
-// certificates.
+// certificates, when the API server may run as revisions.
 func (cp *ControlPlane) prepareFallback() error {
+	if !cp.opts.Fallback.Enabled(cp.opts.Controllers && cp.opts.Node) {
+		return nil
+	}
 	for name, user := range map[string]string{"kubeapiserver-operator": operator.OperatorUser, "startup-monitor": operator.MonitorUser} {
 		if _, err := cp.componentKubeconfig(name, user); err != nil {
 			return err
@@ -37,37 +41,27 @@ func (cp *ControlPlane) prepareFallback() error {
 	return nil
 }
 
-// apiserverLayout is the API server's revisions on this node.
-func (cp *ControlPlane) apiserverLayout() revisions.Layout {
-	return revisions.ForDataDir(cp.dataDir, operator.Operand)
-}
-
 // fallbackTemplates are the pods every revision is made from: the API
 // server as "up" would run it (with the resources directory as a volume a
 // revision mounts), its startup monitor, and the installer pod.
 func (cp *ControlPlane) fallbackTemplates() (map[string]string, error) {
-	l := cp.apiserverLayout()
-	var operand *corev1.Pod
-	for _, c := range cp.Components(cp.bin) {
-		if c.Name == operator.Operand {
-			operand = c.Pod()
-		}
-	}
+	l := cp.dir.apiserverRevisions()
+	operand := cp.apiserverPod(cp.bin).Pod()
 	operand.Spec.Volumes = append(operand.Spec.Volumes, corev1.Volume{Name: operator.ResourcesVolume,
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: l.ResourcesDir}}})
-	files := []HostPath{{Path: l.ResourcesDir}, {Path: l.ManifestsDir}, {Path: filepath.Dir(l.LockPath)}}
-	monitor := Component{Name: strings.TrimSuffix(filepath.Base(l.MonitorManifest()), ".yaml"), Binary: cp.bin,
-		Args: []string{"startup-monitor", "--data-dir=" + cp.dataDir, "--operand=" + operator.Operand, "--node-name=" + cp.opts.NodeName,
-			"--kubeconfig=" + filepath.Join(cp.dataDir, "startup-monitor.kubeconfig"),
+	files := []staticpod.HostPath{{Path: l.ResourcesDir}, {Path: l.ManifestsDir}, {Path: filepath.Dir(l.LockPath)}}
+	monitor := staticpod.Spec{Name: strings.TrimSuffix(filepath.Base(l.MonitorManifest()), ".yaml"), Binary: cp.bin,
+		Args: []string{"startup-monitor", "--data-dir=" + string(cp.dir), "--operand=" + operator.Operand, "--node-name=" + cp.opts.NodeName,
+			"--kubeconfig=" + cp.dir.kubeconfig("startup-monitor"),
 			"--node-status-url=http://127.0.0.1:" + strconv.Itoa(cp.opts.NodeMetricsPort),
 			"--timeout=" + cp.opts.FallbackTimeout.String(), "--first-start-timeout=" + cp.opts.FallbackFirstStartTimeout.String()},
-		HostPaths: append([]HostPath{{Path: filepath.Join(cp.dataDir, "pki"), ReadOnly: true},
-			{Path: filepath.Join(cp.dataDir, "startup-monitor.kubeconfig"), ReadOnly: true}}, files...),
+		HostPaths: append([]staticpod.HostPath{cp.pkiPath(),
+			{Path: cp.dir.kubeconfig("startup-monitor"), ReadOnly: true}}, files...),
 	}.Pod()
 	// Done is done: it removes its own manifest; only a failure reruns it.
 	monitor.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
-	inst := Component{Name: "installer", Binary: cp.bin,
-		Args:      []string{"installer", "--data-dir=" + cp.dataDir, "--operand=" + operator.Operand, "--server=" + cp.APIServerURL()},
+	inst := staticpod.Spec{Name: "installer", Binary: cp.bin,
+		Args:      []string{"installer", "--data-dir=" + string(cp.dir), "--operand=" + operator.Operand, "--server=" + cp.APIServerURL()},
 		HostPaths: files,
 	}.Pod()
 	inst.Namespace = v1alpha1.Namespace
@@ -102,7 +96,7 @@ func (cp *ControlPlane) firstRevision(ctx context.Context) (installer.Revision, 
 	}
 	// Its own server does not serve yet: the admin kubeconfig lists the
 	// others.
-	cfg, _, err := clientconfig.Load(cp.kubeconfig, clientconfig.Options{})
+	cfg, _, err := clientconfig.Load(cp.Kubeconfig(), clientconfig.Options{})
 	if err != nil {
 		return installer.Revision{}, err
 	}
@@ -121,5 +115,42 @@ func (cp *ControlPlane) waitOperatorReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.launcher.Runner(operatorPod), cp.opts.ReadyTimeout, 250*time.Millisecond, available)
+	return cp.waitFor(ctx, operatorPod, readyPoll, available)
+}
+
+// operatorPod is the KubeAPIServer operator's static pod. The node's name
+// is its identity in the Lease: one operator per node (a static pod), and
+// a restarted one takes its lease back at once instead of waiting out its
+// predecessor's.
+func (cp *ControlPlane) operatorPod(binary string) staticpod.Spec {
+	kubeconfig := cp.dir.kubeconfig("kubeapiserver-operator")
+	args := []string{"operator", "--kubeconfig=" + kubeconfig, "--identity=" + cp.opts.NodeName,
+		"--retry-base=" + cp.opts.FallbackRetryBase.String(), "--retry-max=" + cp.opts.FallbackRetryMax.String()}
+	if cp.opts.Fallback == fallback.ModeOn {
+		args = append(args, "--topology=on")
+	}
+	if cp.opts.OperatorMetricsPort != 0 {
+		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.OperatorMetricsPort))
+	}
+	return staticpod.Spec{Name: operatorPod, Binary: binary, Args: args,
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: kubeconfig, ReadOnly: true}}}
+}
+
+// publishTemplates publishes this node's templates of the API server's
+// revisions (and, on a new cluster, the KubeAPIServer object), which the
+// operator renders revisions from.
+func (cp *ControlPlane) publishTemplates(ctx context.Context) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	templates, err := cp.fallbackTemplates()
+	if err != nil {
+		return err
+	}
+	if err := bootstrap.Publish(ctx, cfg, cp.dir.apiserverRevisions(), templates, cp.opts.NodeName, !cp.joined()); err != nil {
+		return err
+	}
+	cp.progressf("starting the KubeAPIServer operator (static pod %s; kubectl get kubeapiserver cluster)", operatorPod)
+	return nil
 }

@@ -6,31 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
-
-	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
-)
-
-// The control plane's components, by the names of their static pods.
-const (
-	etcdComponent              = "etcd"
-	apiserverComponent         = "kube-apiserver"
-	controllerManagerComponent = "kube-controller-manager"
-	schedulerComponent         = "kube-scheduler"
-	// nodeComponent is the node agent: a process in either launch mode.
-	nodeComponent = "node"
-	// readinessPod is the readiness controller's static pod.
-	readinessPod = "steadyplane-readiness-controller"
-	// operatorPod is the KubeAPIServer operator's static pod.
-	operatorPod = "steadyplane-kubeapiserver-operator"
 )
 
 // Launcher runs the control plane's components: as static pods on the node
 // agent (staticPodLauncher) or as child processes of "up"
-// (processLauncher). What runs when is startOrder's; how is the launcher's.
-// A server joining an existing control plane is one more way to launch
-// the same components (against another etcd and CA), behind this interface.
+// (processLauncher). What runs when is startOrder's; what each component
+// is, the table's; how it runs, the launcher's.
 type Launcher interface {
 	// Describe is the progress line that says how the components run, or "".
 	Describe() string
@@ -51,26 +33,13 @@ type Launcher interface {
 // processLauncher runs each component as a child process.
 type processLauncher struct{ cp *ControlPlane }
 
-// process is the component's child process, nil when it is not configured.
+// process is the named component's child process, nil when it has none.
 func (l processLauncher) process(name string) *Process {
-	cp := l.cp
-	switch name {
-	case etcdComponent:
-		return cp.Etcd
-	case apiserverComponent:
-		return cp.APIServer
-	case controllerManagerComponent:
-		return cp.ControllerManager
-	case schedulerComponent:
-		return cp.Scheduler
-	case nodeComponent:
-		return cp.Node
-	case proxyComponent:
-		return cp.Proxy
-	case readinessPod:
-		return cp.Readiness
+	c := componentNamed(name)
+	if c.process == nil {
+		return nil
 	}
-	return nil
+	return c.process(l.cp)
 }
 
 // Describe implements Launcher.
@@ -110,12 +79,13 @@ func (l processLauncher) Stop(names ...string) {
 	}
 }
 
-// Supervised implements Launcher.
+// Supervised implements Launcher: every component with a process, in the
+// table's order.
 func (l processLauncher) Supervised() []string {
 	var out []string
-	for _, name := range []string{etcdComponent, apiserverComponent, controllerManagerComponent, schedulerComponent, nodeComponent, proxyComponent, readinessPod} {
-		if l.process(name) != nil {
-			out = append(out, name)
+	for _, c := range components {
+		if c.process != nil && c.process(l.cp) != nil {
+			out = append(out, c.name)
 		}
 	}
 	return out
@@ -130,22 +100,19 @@ type staticPodLauncher struct{ cp *ControlPlane }
 // the manifests of components that must not start before the API server
 // (nor at all, if they are switched off now).
 func newStaticPodLauncher(cp *ControlPlane) (staticPodLauncher, error) {
-	// The DNS may have installed it already (hashing 250 MB once is enough).
-	if cp.bin == "" {
-		bin, err := InstallBinary(cp.opts.Binary, filepath.Join(cp.dataDir, "bin"))
-		if err != nil {
-			return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
-		}
-		cp.bin = bin
+	if _, err := cp.installedBinary(); err != nil {
+		return staticPodLauncher{}, fmt.Errorf("installing the binary for the static pods: %w", err)
 	}
-	stale := []string{controllerManagerComponent, schedulerComponent, proxyComponent, readinessPod, operatorPod}
-	for _, name := range stale {
-		if err := os.Remove(cp.manifestPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, c := range components {
+		if c.pod == nil || slices.Contains(startOrder[0].start, c.name) {
+			continue
+		}
+		if err := os.Remove(cp.dir.manifest(c.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return staticPodLauncher{}, err
 		}
 	}
 	if !cp.fallbackOn() {
-		if err := os.Remove(cp.apiserverLayout().MonitorManifest()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(cp.dir.apiserverRevisions().MonitorManifest()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return staticPodLauncher{}, err
 		}
 	}
@@ -154,7 +121,7 @@ func newStaticPodLauncher(cp *ControlPlane) (staticPodLauncher, error) {
 
 // Describe implements Launcher.
 func (l staticPodLauncher) Describe() string {
-	return fmt.Sprintf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", filepath.Join(l.cp.dataDir, "manifests"))
+	return fmt.Sprintf("control plane: static pods in %s, run by the node agent (kubectl logs -n kube-system ...)", l.cp.dir.manifestsDir())
 }
 
 // Start implements Launcher. The node agent starts after the stage's
@@ -163,13 +130,13 @@ func (l staticPodLauncher) Describe() string {
 func (l staticPodLauncher) Start(ctx context.Context, names ...string) error {
 	cp := l.cp
 	for _, name := range names {
+		c := componentNamed(name)
 		switch {
-		case name == nodeComponent:
-		case name == apiserverComponent && cp.fallbackOn():
-			if err := bootstrap.InstallOperand(ctx, cp.apiserverLayout(), cp.firstRevision, cp.progressf); err != nil {
-				return fmt.Errorf("installing the API server's revision: %w", err)
+		case c.install != nil:
+			if err := c.install(cp, ctx); err != nil {
+				return err
 			}
-		default:
+		case c.pod != nil:
 			if err := cp.writeManifests(name); err != nil {
 				return err
 			}
@@ -195,7 +162,7 @@ func (l staticPodLauncher) Stop(names ...string) {
 	}
 	var first []string
 	for _, name := range names {
-		if name != nodeComponent && name != apiserverComponent && name != etcdComponent {
+		if !slices.Contains(startOrder[0].start, name) {
 			first = append(first, name)
 		}
 	}
@@ -203,7 +170,7 @@ func (l staticPodLauncher) Stop(names ...string) {
 	if slices.Contains(names, apiserverComponent) {
 		// A startup monitor would see its revision go and wait; it goes
 		// first all the same. The next "up" starts last-known-good.
-		_ = os.Remove(cp.apiserverLayout().MonitorManifest())
+		_ = os.Remove(cp.dir.apiserverRevisions().MonitorManifest())
 		cp.stopStaticPods(apiserverComponent)
 	}
 	cp.stopProcess(cp.Node)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -18,23 +19,18 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
-// nodeIP is the Node's InternalIP: --node-ip, else the API server's
-// advertised address.
-func (cp *ControlPlane) nodeIP() string {
-	if cp.opts.NodeIP != "" {
-		return cp.opts.NodeIP
-	}
-	return cp.advertise.String()
-}
-
 // prepareNode issues the node agent's credentials (system:node:<name> in
-// system:nodes, for the Node authorizer and NodeRestriction) and its process.
+// system:nodes, for the Node authorizer and NodeRestriction) and its
+// process, once what the node needs of the machine is there.
 func (cp *ControlPlane) prepareNode() error {
+	if !cp.opts.Node {
+		return nil
+	}
 	kubeconfig, err := cp.componentKubeconfig("node-"+cp.opts.NodeName, "system:node:"+cp.opts.NodeName, "system:nodes")
 	if err != nil {
 		return err
 	}
-	nodeIP := cp.nodeIP()
+	nodeIP := cp.addr.node()
 	// The node API's serving certificate, for the address the API server
 	// dials (the Node's InternalIP) and the node's name.
 	serving, err := cp.store().EnsureCert(cp.pki.KubeletCA, pki.CertSpec{
@@ -45,21 +41,17 @@ func (cp *ControlPlane) prepareNode() error {
 	if err != nil {
 		return err
 	}
-	manifests := filepath.Join(cp.dataDir, "manifests")
-	if err := os.MkdirAll(manifests, 0o700); err != nil {
-		return err
+	for _, d := range []string{cp.dir.manifestsDir(), cp.dir.imagesDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
 	}
-	// Image archives dropped here are imported at every start (as k3s's
-	// agent/images).
-	importDir := filepath.Join(cp.dataDir, "images")
-	if err := os.MkdirAll(importDir, 0o700); err != nil {
-		return err
-	}
+	removeBinaryImageArchives(cp.dir.imagesDir())
 	args := []string{"node", "--kubeconfig=" + kubeconfig, "--node-name=" + cp.opts.NodeName, "--node-ip=" + nodeIP,
-		"--root-dir=" + filepath.Join(cp.dataDir, "node"), "--pod-manifest-path=" + manifests,
+		"--root-dir=" + cp.dir.nodeRoot(), "--pod-manifest-path=" + cp.dir.manifestsDir(),
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
-		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + importDir, "--registries-config=" + filepath.Join(cp.dataDir, "registries.yaml"),
+		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + cp.dir.imagesDir(), "--registries-config=" + cp.dir.path("registries.yaml"),
 		"--seccomp-default", "--pod-max-pids=4096", "--cluster-domain=" + cp.opts.ClusterDomain}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from
@@ -85,8 +77,24 @@ func (cp *ControlPlane) prepareNode() error {
 	if cp.opts.NodeMetricsPort != 0 {
 		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.NodeMetricsPort))
 	}
-	cp.Node = &Process{Name: "node", Binary: cp.opts.Binary, Args: args, LogPath: filepath.Join(cp.dataDir, "logs", "node.log")}
+	cp.Node = &Process{Name: "node", Binary: cp.opts.Binary, Args: args, LogPath: cp.dir.log("node")}
 	return nil
+}
+
+// binaryImageArchive names the archives of the binary's image that
+// earlier releases wrote into the import directory for CoreDNS: the node
+// agent would import each at every start, before its static pods.
+var binaryImageArchive = regexp.MustCompile(`^steadyplane-[0-9a-f]{12}\.tar$`)
+
+// removeBinaryImageArchives removes those archives; the image is added to
+// the node's store directly now (binary.AddImage).
+func removeBinaryImageArchives(importDir string) {
+	entries, _ := os.ReadDir(importDir)
+	for _, e := range entries {
+		if binaryImageArchive.MatchString(e.Name()) {
+			_ = os.Remove(filepath.Join(importDir, e.Name()))
+		}
+	}
 }
 
 // WaitNodeReady waits until the node agent's Node is registered and Ready.
@@ -95,7 +103,7 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return poll(ctx, cp.launcher.Runner(nodeComponent), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return cp.waitFor(ctx, nodeComponent, readyPoll, func(ctx context.Context) (bool, string) {
 		n, err := client.CoreV1().Nodes().Get(ctx, cp.opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

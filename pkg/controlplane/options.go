@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
 	netutils "k8s.io/utils/net"
@@ -159,9 +160,9 @@ func NewOptions() *Options {
 		NodeCIDRMaskSize:           24,
 		CNIBridge:                  "steadyplane0",
 		Proxy:                      true,
-		ProxyMode:                  ProxyModeAuto,
-		ProxyHealthzPort:           DefaultProxyHealthzPort,
-		ProxyMetricsPort:           DefaultProxyMetricsPort,
+		ProxyMode:                  kubeproxy.ModeAuto,
+		ProxyHealthzPort:           kubeproxy.DefaultHealthzPort,
+		ProxyMetricsPort:           kubeproxy.DefaultMetricsPort,
 		DNS:                        true,
 		ClusterDomain:              "cluster.local",
 		ReadinessController:        true,

@@ -2,12 +2,7 @@ package controlplane
 
 import (
 	"context"
-	"path/filepath"
 	"time"
-
-	"github.com/steadyplane/steadyplane/pkg/clusterdns"
-	"github.com/steadyplane/steadyplane/pkg/fallback/bootstrap"
-	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 )
 
 // stage is one step of the start-up: its components start together, then
@@ -49,132 +44,6 @@ func stopOrder() []string {
 	return names
 }
 
-// enabled says whether this run has the component.
-func (cp *ControlPlane) enabled(name string) bool {
-	switch name {
-	case etcdComponent, apiserverComponent:
-		return true
-	case controllerManagerComponent, schedulerComponent:
-		return cp.ControllerManager != nil
-	case nodeComponent:
-		return cp.Node != nil
-	case operatorPod:
-		return cp.fallbackOn()
-	case proxyComponent:
-		return cp.Proxy != nil
-	case dnsComponent:
-		return cp.dns != nil
-	case readinessPod:
-		return cp.Readiness != nil
-	}
-	return false
-}
-
-// beforeStart is what a component needs in the API before it starts.
-func (cp *ControlPlane) beforeStart(ctx context.Context, name string) error {
-	switch name {
-	case dnsComponent:
-		return cp.applyDNS(ctx)
-	case operatorPod:
-		cfg, err := cp.AdminConfig()
-		if err != nil {
-			return err
-		}
-		templates, err := cp.fallbackTemplates()
-		if err != nil {
-			return err
-		}
-		if err := bootstrap.Publish(ctx, cfg, cp.apiserverLayout(), templates, cp.opts.NodeName, !cp.joined()); err != nil {
-			return err
-		}
-		cp.progressf("starting the KubeAPIServer operator (static pod %s; kubectl get kubeapiserver cluster)", operatorPod)
-	case readinessPod:
-		client, err := cp.adminClient()
-		if err != nil {
-			return err
-		}
-		if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
-			return err
-		}
-		if _, static := cp.launcher.(staticPodLauncher); static {
-			cp.progressf("starting readiness-gate webhook and controller (static pod %s)", readinessPod)
-		}
-	}
-	return nil
-}
-
-// waitReady waits until the component is ready.
-func (cp *ControlPlane) waitReady(ctx context.Context, name string) error {
-	switch name {
-	case etcdComponent:
-		if cp.etcdJoin != nil {
-			// A learner is promoted once it caught up; it serves only then.
-			if err := cp.afterEtcdStart(ctx); err != nil {
-				return err
-			}
-			return cp.waitEtcd(ctx)
-		}
-		if err := cp.waitEtcd(ctx); err != nil {
-			return err
-		}
-		return cp.afterEtcdStart(ctx)
-	case apiserverComponent:
-		if err := cp.WaitAPIServerReady(ctx); err != nil {
-			return err
-		}
-		// The static pods' mirror pods are refused until their
-		// RuntimeClass exists.
-		client, err := cp.adminClient()
-		if err != nil {
-			return err
-		}
-		if err := EnsureHostRuntimeClass(ctx, client); err != nil {
-			return err
-		}
-		return EnsureHostRuntimeClassPolicy(ctx, client)
-	case controllerManagerComponent:
-		return cp.WaitControllerManagerReady(ctx)
-	case schedulerComponent:
-		return cp.WaitSchedulerReady(ctx)
-	case nodeComponent:
-		return cp.WaitNodeReady(ctx)
-	case proxyComponent:
-		return cp.WaitProxyReady(ctx)
-	case dnsComponent:
-		return cp.WaitDNSReady(ctx)
-	case operatorPod:
-		return cp.waitOperatorReady(ctx)
-	case readinessPod:
-		return cp.WaitReadinessControllerReady(ctx)
-	}
-	return nil
-}
-
-// reportReady prints that the component became ready after d.
-func (cp *ControlPlane) reportReady(name string, d time.Duration) {
-	s := d.Seconds()
-	switch name {
-	case etcdComponent:
-		cp.progressf("etcd ready in %.1fs (%s)", s, cp.etcdClientURL())
-	case apiserverComponent:
-		cp.progressf("apiserver ready in %.1fs (%s)", s, cp.APIServerURL())
-	case controllerManagerComponent:
-		cp.progressf("%s leader in %.1fs", cp.ControllerManager.Name, s)
-	case schedulerComponent:
-		cp.progressf("%s leader in %.1fs", cp.Scheduler.Name, s)
-	case nodeComponent:
-		cp.progressf("node %s ready in %.1fs (static pod manifests: %s)", cp.opts.NodeName, s, filepath.Join(cp.dataDir, "manifests"))
-	case proxyComponent:
-		cp.progressf("kube-proxy (%s mode) ready in %.1fs", cp.proxyMode, s)
-	case dnsComponent:
-		cp.progressf("cluster DNS ready in %.1fs (Service %s %s, domain %s)", s, clusterdns.ServiceName, cp.dns.ServiceIP, cp.dns.Domain)
-	case operatorPod:
-		cp.progressf("KubeAPIServer operator ready in %.1fs", s)
-	case readinessPod:
-		cp.progressf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", s)
-	}
-}
-
 // stages is the start-up order of this run: a server whose etcd member
 // joins starts its API server only once the member is promoted (a
 // learner serves no reads, and the API server would fail on it meanwhile).
@@ -189,32 +58,50 @@ func (cp *ControlPlane) stages() []stage {
 	return append(joining, startOrder[1:]...)
 }
 
-// start runs the start-up order through the launcher.
+// start runs the start-up order through the launcher. Once the first
+// stage has started, the DNS image is made in the background, so that it
+// is ready by the DNS's turn without holding up the API server.
 func (cp *ControlPlane) start(ctx context.Context) error {
-	for _, st := range cp.stages() {
-		begun := time.Now()
-		var names []string
-		for _, name := range st.start {
-			if !cp.enabled(name) {
-				continue
-			}
-			if err := cp.beforeStart(ctx, name); err != nil {
-				return err
-			}
-			names = append(names, name)
-		}
-		if err := cp.launcher.Start(ctx, names...); err != nil {
+	for i, st := range cp.stages() {
+		if err := cp.startStage(ctx, st); err != nil {
 			return err
 		}
-		for _, name := range st.ready {
-			if !cp.enabled(name) {
-				continue
-			}
-			if err := cp.waitReady(ctx, name); err != nil {
+		if i == 0 {
+			cp.startDNSImage()
+		}
+	}
+	return nil
+}
+
+// startStage starts the enabled components of st (what each needs in the
+// API first), then waits for each of st.ready and reports it.
+func (cp *ControlPlane) startStage(ctx context.Context, st stage) error {
+	begun := time.Now()
+	var names []string
+	for _, name := range st.start {
+		c := componentNamed(name)
+		if !c.enabled(cp) {
+			continue
+		}
+		if c.beforeStart != nil {
+			if err := c.beforeStart(cp, ctx); err != nil {
 				return err
 			}
-			cp.reportReady(name, time.Since(begun))
 		}
+		names = append(names, name)
+	}
+	if err := cp.launcher.Start(ctx, names...); err != nil {
+		return err
+	}
+	for _, name := range st.ready {
+		c := componentNamed(name)
+		if !c.enabled(cp) {
+			continue
+		}
+		if err := c.ready(cp, ctx); err != nil {
+			return err
+		}
+		cp.progressf("%s", c.report(cp, time.Since(begun).Seconds()))
 	}
 	return nil
 }

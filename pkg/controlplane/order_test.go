@@ -25,8 +25,8 @@ func TestStartOrder(t *testing.T) {
 			readyIn[name] = i
 		}
 	}
-	all := []string{etcdComponent, apiserverComponent, controllerManagerComponent, schedulerComponent, nodeComponent, operatorPod, readinessPod}
-	for _, name := range all {
+	for _, c := range components {
+		name := c.name
 		s, started := startedIn[name]
 		r, waited := readyIn[name]
 		if !started || !waited {
@@ -46,6 +46,8 @@ func TestStartOrder(t *testing.T) {
 	after(schedulerComponent, apiserverComponent)
 	after(operatorPod, controllerManagerComponent)
 	after(readinessPod, controllerManagerComponent)
+	after(proxyComponent, nodeComponent)
+	after(dnsComponent, proxyComponent)
 	// The node agent runs etcd and the API server as static pods.
 	if startedIn[nodeComponent] != startedIn[etcdComponent] || startedIn[nodeComponent] != startedIn[apiserverComponent] {
 		t.Errorf("the node agent starts in stage %d, etcd in %d, the API server in %d; want one stage", startedIn[nodeComponent], startedIn[etcdComponent], startedIn[apiserverComponent])
@@ -61,5 +63,42 @@ func TestStopOrderIsTheStartOrderReversed(t *testing.T) {
 	slices.Reverse(stop)
 	if !slices.Equal(stop, started) {
 		t.Errorf("stop order reversed %v, want the start order %v", stop, started)
+	}
+}
+
+// TestComponentTable checks the table's rows against their kinds: what
+// runs as a process or a pod has one, what the node agent is has no pod,
+// and every row can be waited for and reported.
+func TestComponentTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range components {
+		if seen[c.name] {
+			t.Errorf("%s is in the table twice", c.name)
+		}
+		seen[c.name] = true
+		switch c.kind {
+		case hostComponent:
+			if c.process == nil || c.pod == nil {
+				t.Errorf("%s runs as a process or a static pod: process %v, pod %v", c.name, c.process != nil, c.pod != nil)
+			}
+		case agentComponent:
+			if c.process == nil || c.pod != nil {
+				t.Errorf("%s is the node agent: a process, no pod", c.name)
+			}
+		case podOnly:
+			if c.process != nil || c.pod == nil {
+				t.Errorf("%s runs only as a static pod", c.name)
+			}
+		case apiObjects:
+			if c.process != nil || c.pod != nil || c.beforeStart == nil {
+				t.Errorf("%s is objects in the API, written before it starts", c.name)
+			}
+		}
+		if c.enabled == nil || c.ready == nil || c.report == nil {
+			t.Errorf("%s: enabled, ready and report are every row's", c.name)
+		}
+	}
+	if len(seen) != len(stopOrder()) {
+		t.Errorf("the table has %d components, the start order %d", len(seen), len(stopOrder()))
 	}
 }

@@ -4,47 +4,54 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 
 	netutils "k8s.io/utils/net"
 
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
+// preparePKI decides the server's addresses (making the pod bridge's
+// address when up owns the node's address), then creates or reuses the
+// cluster's PKI for them and writes the admin kubeconfig.
 func (cp *ControlPlane) preparePKI() error {
-	cp.advertise = netutils.ParseIPSloppy(cp.opts.AdvertiseAddress)
-	if cp.advertise == nil && OwnsNodeAddress(cp.opts, os.Geteuid() == 0) {
+	o := cp.opts
+	cp.addr = addresses{bind: o.BindAddress, advertise: netutils.ParseIPSloppy(o.AdvertiseAddress), nodeIP: o.NodeIP,
+		apiserverPort: o.APIServerPort, etcdClientPort: o.EtcdClientPort, etcdPeerPort: o.EtcdPeerPort, webhookPort: o.ReadinessWebhookPort}
+	if cp.addr.advertise == nil && OwnsNodeAddress(o, os.Geteuid() == 0) {
 		// A server on loopback only has no address pods could reach it
 		// at, and Endpoints refuse loopback: it also listens on the pod
 		// bridge's address, which up makes, on no interface that leads off the
 		// machine.
-		gw, err := podnet.EnsureBridge(cp.opts.CNIBridge, cp.opts.PodCIDR)
+		gw, err := podnet.EnsureBridge(o.CNIBridge, o.PodCIDR)
 		if err != nil {
 			return fmt.Errorf("the node's address on the pod bridge: %w", err)
 		}
-		cp.advertise, cp.bridgeAddress = gw, gw
-		cp.progressf("cluster address %s on bridge %s (the kubernetes Service's endpoint and the Node's InternalIP)", gw, cp.opts.CNIBridge)
+		cp.addr.advertise, cp.addr.bridge = gw, gw
+		cp.progressf("cluster address %s on bridge %s (the kubernetes Service's endpoint and the Node's InternalIP)", gw, o.CNIBridge)
 	}
-	if cp.advertise == nil {
-		cp.advertise = netutils.ParseIPSloppy(cp.opts.BindAddress)
+	if cp.addr.advertise == nil {
+		cp.addr.advertise = netutils.ParseIPSloppy(o.BindAddress)
 	}
-	_, serviceNet, _ := netutils.ParseCIDRSloppy(cp.opts.ServiceCIDR)
+	_, serviceNet, _ := netutils.ParseCIDRSloppy(o.ServiceCIDR)
 	serviceIP, err := netutils.GetIndexedIP(serviceNet, 1)
 	if err != nil {
-		return fmt.Errorf("--service-cidr=%s: %w", cp.opts.ServiceCIDR, err)
+		return fmt.Errorf("--service-cidr=%s: %w", o.ServiceCIDR, err)
 	}
-	store := cp.store()
-	cp.pki, err = store.EnsureCluster(pki.ClusterConfig{
-		APIServerIPs: []net.IP{netutils.ParseIPSloppy(cp.opts.BindAddress), cp.advertise, serviceIP},
-		EtcdIPs:      []net.IP{cp.hostAddress()},
+	cp.pki, err = cp.store().EnsureCluster(pki.ClusterConfig{
+		APIServerIPs: []net.IP{netutils.ParseIPSloppy(o.BindAddress), cp.addr.advertise, serviceIP},
+		EtcdIPs:      []net.IP{cp.addr.host()},
 	})
 	if err != nil {
 		return err
 	}
-	cp.kubeconfig = filepath.Join(cp.dataDir, "admin.kubeconfig")
-	return clientconfig.WriteKubeconfig(cp.kubeconfig, cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives())
+	return cp.writeAdminKubeconfig()
+}
+
+// pkiPath is the PKI directory as the static pods that read it mount it.
+func (cp *ControlPlane) pkiPath() staticpod.HostPath {
+	return staticpod.HostPath{Path: cp.dir.pkiDir(), ReadOnly: true}
 }
 
 // OwnsNodeAddress says whether "up" gives the cluster an address of its own

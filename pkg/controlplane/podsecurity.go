@@ -58,12 +58,6 @@ func PodSecurityAdmission(enforce string) ([]byte, error) {
 	return yaml.Marshal(cfg)
 }
 
-// admissionConfigDir is where the API server's admission configuration is
-// kept, mounted read-only into its static pod.
-func (cp *ControlPlane) admissionConfigDir() string {
-	return filepath.Join(cp.dataDir, "apiserver-config")
-}
-
 // writeAdmissionConfig writes the API server's admission configuration:
 // the user's file (--pod-security-config) copied as it is, or steadyplane's
 // default with the --pod-security level. It returns the file's path.
@@ -83,10 +77,10 @@ func (cp *ControlPlane) writeAdmissionConfig() (string, error) {
 	} else if b, err = PodSecurityAdmission(cp.opts.PodSecurity); err != nil {
 		return "", fmt.Errorf("--pod-security: %w", err)
 	}
-	if err := os.MkdirAll(cp.admissionConfigDir(), 0o700); err != nil {
+	if err := os.MkdirAll(cp.dir.apiserverConfigDir(), 0o700); err != nil {
 		return "", err
 	}
-	path := filepath.Join(cp.admissionConfigDir(), "admission.yaml")
+	path := filepath.Join(cp.dir.apiserverConfigDir(), "admission.yaml")
 	return path, atomicfile.WriteFile(path, b, 0o600)
 }
 

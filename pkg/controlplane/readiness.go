@@ -4,12 +4,11 @@ import (
 	"context"
 	"crypto/x509"
 	"net"
-	"path/filepath"
 	"strconv"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
@@ -25,6 +24,9 @@ import (
 // controller runs on one server at a time (a Lease, the node's name as
 // identity).
 func (cp *ControlPlane) prepareReadiness() error {
+	if !cp.opts.ReadinessController {
+		return nil
+	}
 	kubeconfig, err := cp.componentKubeconfig("readiness-controller", readinessgates.User)
 	if err != nil {
 		return err
@@ -36,8 +38,8 @@ func (cp *ControlPlane) prepareReadiness() error {
 	if err != nil {
 		return err
 	}
-	addr := cp.readinessWebhookAddr()
-	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: filepath.Join(cp.dataDir, "logs", "readiness-controller.log"), Args: []string{
+	addr := cp.addr.readinessWebhook()
+	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: cp.dir.log("readiness-controller"), Args: []string{
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.ClusterCIDR,
 		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
 		"--leader-elect", "--identity=" + cp.opts.NodeName,
@@ -49,31 +51,53 @@ func (cp *ControlPlane) prepareReadiness() error {
 	return nil
 }
 
+// readinessPodSpec is the readiness controller's static pod.
+func (cp *ControlPlane) readinessPodSpec(binary string) staticpod.Spec {
+	return staticpod.Spec{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.kubeconfig("readiness-controller"), ReadOnly: true}}}
+}
+
+// grantReadinessRBAC grants the controller its RBAC, with the admin
+// credentials.
+func (cp *ControlPlane) grantReadinessRBAC(ctx context.Context) error {
+	client, err := cp.adminClient()
+	if err != nil {
+		return err
+	}
+	if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
+		return err
+	}
+	if cp.staticPods {
+		cp.progressf("starting readiness-gate webhook and controller (static pod %s)", readinessPod)
+	}
+	return nil
+}
+
 // StartReadinessController grants the controller its RBAC (with the admin
 // credentials), starts it (as a static pod, or a child process) and waits
 // until its webhook is registered.
 func (cp *ControlPlane) StartReadinessController(ctx context.Context) error {
-	if err := cp.beforeStart(ctx, readinessPod); err != nil {
+	if err := cp.grantReadinessRBAC(ctx); err != nil {
 		return err
 	}
 	if err := cp.launcher.Start(ctx, readinessPod); err != nil {
 		return err
 	}
-	return cp.WaitReadinessControllerReady(ctx)
+	return cp.waitReadinessControllerReady(ctx)
 }
 
-// WaitReadinessControllerReady waits until this server's readiness-gate
+// waitReadinessControllerReady waits until this server's readiness-gate
 // webhook answers on 127.0.0.1 (its serving certificate verified against
 // the cluster CA) and the cluster's webhook configuration sends there:
 // another server's registration alone does not make this one's ready.
-func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error {
+func (cp *ControlPlane) waitReadinessControllerReady(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
-	addr := cp.readinessWebhookAddr()
+	addr := cp.addr.readinessWebhook()
 	url := webhook.URL(addr)
-	return poll(ctx, cp.launcher.Runner(readinessPod), cp.opts.ReadyTimeout, 200*time.Millisecond, func(ctx context.Context) (bool, string) {
+	return cp.waitFor(ctx, readinessPod, readyPoll, func(ctx context.Context) (bool, string) {
 		if err := webhook.Healthy(ctx, addr, cp.pki.CA.CertPEM); err != nil {
 			return false, err.Error()
 		}
@@ -88,10 +112,4 @@ func (cp *ControlPlane) WaitReadinessControllerReady(ctx context.Context) error 
 		}
 		return false, "the webhook configuration does not send to " + url + " yet"
 	})
-}
-
-// readinessWebhookAddr is where this server's readiness-gate webhook
-// serves, and where its API server calls it.
-func (cp *ControlPlane) readinessWebhookAddr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(cp.opts.ReadinessWebhookPort))
 }

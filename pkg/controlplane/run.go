@@ -5,14 +5,19 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
-	"github.com/steadyplane/steadyplane/pkg/procfs"
-
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/steadyplane/steadyplane/pkg/binary"
+	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // Stop stops what runs, in the reverse of the start-up order, each with
@@ -50,13 +55,16 @@ func (cp *ControlPlane) stopProcess(p *Process) {
 // with no API server needed. Without runc (host processes cannot mount their
 // files) "up" runs each component as its own child process instead.
 func Run(ctx context.Context, o Options) error {
+	if err := runFromDataDir(o); err != nil {
+		return err
+	}
 	cp, err := Prepare(o)
 	if err != nil {
 		return err
 	}
 	defer cp.Close()
 	defer cp.Stop()
-	cp.progressf("data directory %s (certificates in pki/, logs in logs/)", cp.dataDir)
+	cp.progressf("data directory %s (certificates in pki/, logs in logs/)", cp.dir)
 	cp.staticPods = cp.opts.StaticPods && cp.Node != nil && cp.nodeRuntime == "runc"
 	if cp.staticPods {
 		l, err := newStaticPodLauncher(cp)
@@ -83,7 +91,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	go cp.followServers(ctx, 30*time.Second)
-	if cp.hostAddress() != nil {
+	if cp.addr.host() != nil {
 		client, err := cp.adminClient()
 		if err != nil {
 			return err
@@ -91,10 +99,13 @@ func Run(ctx context.Context, o Options) error {
 		// Worker nodes' serving certificates (steadyplane node --server).
 		go join.RunServingApprover(ctx, client, cp.progressf)
 	}
-	cp.progressf("kubeconfig: %s", cp.kubeconfig)
-	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.kubeconfig)
-	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.kubeconfig)
+	cp.progressf("kubeconfig: %s", cp.Kubeconfig())
+	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())
+	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
+	// From now on up only supervises: what starting made (configurations,
+	// clients, the DNS image's buffers) goes back to the system.
+	debug.FreeOSMemory()
 	return cp.supervise(ctx)
 }
 
@@ -115,7 +126,7 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 			return nil
 		}
 		name := names[chosen-1]
-		if err := cp.restart(ctx, cp.launcher.Runner(name), backoff, func(ctx context.Context) error { return cp.waitReady(ctx, name) }); err != nil {
+		if err := cp.restart(ctx, cp.launcher.Runner(name), backoff, func(ctx context.Context) error { return componentNamed(name).ready(cp, ctx) }); err != nil {
 			return err
 		}
 	}
@@ -149,14 +160,14 @@ func (cp *ControlPlane) stopStaticPods(names ...string) {
 		return
 	}
 	var running []string
-	for _, c := range cp.Components(cp.bin) {
+	for _, c := range cp.podSpecs(cp.bin) {
 		if slices.Contains(names, c.Name) {
 			cp.progressf("stopping %s", c.Name)
-			_ = os.Remove(cp.manifestPath(c.Name))
+			_ = os.Remove(cp.dir.manifest(c.Name))
 			running = append(running, c.Args[0])
 		}
 	}
-	binDir := filepath.Join(cp.dataDir, "bin") + "/"
+	binDir := cp.dir.binDir() + "/"
 	for deadline := time.Now().Add(nodeStopGrace); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if len(procfs.Find(func(argv []string) bool {
 			return len(argv) > 1 && strings.HasPrefix(argv[0], binDir) && slices.Contains(running, argv[1])
@@ -170,9 +181,9 @@ func (cp *ControlPlane) stopStaticPods(names ...string) {
 // writeManifests writes the named components' static pods into the node
 // agent's manifest directory.
 func (cp *ControlPlane) writeManifests(names ...string) error {
-	for _, c := range cp.Components(cp.bin) {
+	for _, c := range cp.podSpecs(cp.bin) {
 		if slices.Contains(names, c.Name) {
-			if err := WriteManifest(filepath.Join(cp.dataDir, "manifests"), c.Pod()); err != nil {
+			if err := staticpod.Write(cp.dir.manifestsDir(), c.Pod()); err != nil {
 				return err
 			}
 		}
@@ -180,7 +191,49 @@ func (cp *ControlPlane) writeManifests(names ...string) error {
 	return nil
 }
 
-// manifestPath is where the named component's static pod is written.
-func (cp *ControlPlane) manifestPath(name string) string {
-	return filepath.Join(cp.dataDir, "manifests", name+".yaml")
+// installedBinary is the binary the static pods and images run: this one,
+// kept in the data directory by its content (package binary), installed
+// once per run.
+func (cp *ControlPlane) installedBinary() (string, error) {
+	if cp.bin != "" {
+		return cp.bin, nil
+	}
+	bin, err := binary.Install(cp.opts.Binary, cp.dir.binDir())
+	if err != nil {
+		return "", err
+	}
+	cp.bin = bin
+	return bin, nil
+}
+
+// runFromDataDir makes "up" run from the copy of its binary that its static
+// pods run (package binary): every process of the server then maps one
+// file, whose pages the kernel keeps once, where up from a checkout or a
+// download would keep a second copy of the quarter of a gigabyte for
+// itself and its node agent. It replaces this process (exec) and does not
+// return, unless up already runs from that copy, the binary is given, or
+// static pods will not run (not root, no runc; then it does nothing).
+func runFromDataDir(o Options) error {
+	if o.Binary != "" || !o.StaticPods || !o.Node || os.Geteuid() != 0 {
+		return nil
+	}
+	if name, _, err := runc.Choose(o.NodeRuntime); err != nil || name != "runc" {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil // Prepare reports it
+	}
+	dataDir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	installed, err := binary.Install(self, layout(dataDir).binDir())
+	if err != nil || installed == self {
+		return err
+	}
+	return syscall.Exec(installed, os.Args, os.Environ())
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// (the recovery when the other members are lost for good).
 	ForceNewCluster bool
 
+	// HeartbeatMs and ElectionMs are the raft heartbeat interval and
+	// election timeout in milliseconds (etcd's 100 and 1000 by default).
+	HeartbeatMs, ElectionMs uint
+
 	LogLevel string
 	// StartTimeout bounds how long Run waits for the member to become ready.
 	StartTimeout time.Duration
@@ -58,6 +62,8 @@ func NewOptions() *Options {
 		PeerClientCertAuth:       true,
 		LogLevel:                 "info",
 		StartTimeout:             2 * time.Minute,
+		HeartbeatMs:              100,
+		ElectionMs:               1000,
 	}
 }
 
@@ -82,6 +88,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PeerTrustedCAFile, "peer-trusted-ca-file", o.PeerTrustedCAFile, "CA that peer certificates must chain to.")
 	fs.BoolVar(&o.PeerClientCertAuth, "peer-client-cert-auth", o.PeerClientCertAuth, "Require peers to present a certificate signed by --peer-trusted-ca-file (when it is set).")
 	fs.BoolVar(&o.ForceNewCluster, "force-new-cluster", o.ForceNewCluster, "Make this member a cluster of one, with its data, dropping every other member (after the loss of quorum for good; unsafe otherwise).")
+	fs.UintVar(&o.HeartbeatMs, "heartbeat-interval", o.HeartbeatMs, "Time (in milliseconds) of a heartbeat interval.")
+	fs.UintVar(&o.ElectionMs, "election-timeout", o.ElectionMs, "Time (in milliseconds) for an election to timeout; at least 5 heartbeat intervals.")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn, error, panic or fatal.")
 	fs.DurationVar(&o.StartTimeout, "start-timeout", o.StartTimeout, "How long to wait for the member to become ready before giving up.")
 }
@@ -136,6 +144,10 @@ func (o *Options) Config() (*embed.Config, error) {
 	}
 	cfg.InitialClusterToken = o.InitialClusterToken
 	cfg.ForceNewCluster = o.ForceNewCluster
+	if o.ElectionMs < 5*o.HeartbeatMs || o.HeartbeatMs == 0 {
+		return nil, fmt.Errorf("--election-timeout=%d must be at least 5 times --heartbeat-interval=%d (and that above 0)", o.ElectionMs, o.HeartbeatMs)
+	}
+	cfg.TickMs, cfg.ElectionMs = o.HeartbeatMs, o.ElectionMs
 
 	if err := tlsPair("cert-file", o.CertFile, "key-file", o.KeyFile); err != nil {
 		return nil, err

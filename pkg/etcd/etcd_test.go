@@ -73,3 +73,17 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigElectionTimeout(t *testing.T) {
+	o := NewOptions()
+	o.DataDir = t.TempDir()
+	o.HeartbeatMs, o.ElectionMs = 50, 250
+	cfg, err := o.Config()
+	if err != nil || cfg.TickMs != 50 || cfg.ElectionMs != 250 {
+		t.Fatalf("50/250: %v, %+v", err, cfg)
+	}
+	o.ElectionMs = 200
+	if _, err := o.Config(); err == nil || !strings.Contains(err.Error(), "--election-timeout=200") {
+		t.Errorf("an election timeout under 5 heartbeats: %v", err)
+	}
+}

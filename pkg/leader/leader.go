@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -109,4 +110,10 @@ func leadOnce(ctx context.Context, lock resourcelock.Interface, log *slog.Logger
 	case <-time.After(10 * time.Second):
 	}
 	return result
+}
+
+// Lease is the lock of the Lease namespace/name, held as identity.
+func Lease(client kubernetes.Interface, namespace, name, identity string) (resourcelock.Interface, error) {
+	return resourcelock.New(resourcelock.LeasesResourceLock, namespace, name, client.CoreV1(), client.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: identity})
 }

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Serve serves h on addr until ctx ends, then returns nil; it returns at once
@@ -20,4 +23,18 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 		return err
 	}
 	return nil
+}
+
+// Start serves g's metrics on addr in the background until ctx ends, and
+// sends errs why it could not (a port another program holds); an empty
+// addr serves nothing.
+func Start(ctx context.Context, addr string, g prometheus.Gatherer, errs chan<- error) {
+	if addr == "" {
+		return
+	}
+	go func() {
+		if err := Serve(ctx, addr, promhttp.HandlerFor(g, promhttp.HandlerOpts{})); err != nil {
+			errs <- err
+		}
+	}()
 }

@@ -16,14 +16,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/leader"
@@ -128,13 +126,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 	reg := prometheus.NewRegistry()
 	conditionctl.RegisterMetrics(reg)
-	if o.MetricsAddress != "" {
-		go func() {
-			if err := metricsserver.Serve(ctx, o.MetricsAddress, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})); err != nil {
-				errs <- err
-			}
-		}()
-	}
+	metricsserver.Start(ctx, o.MetricsAddress, reg, errs)
 	httpClient := lbgate.HTTPClient()
 	ctl := &conditionctl.Controller{
 		Client: client, ConditionType: lbgate.ConditionType, Interval: o.CheckInterval,
@@ -149,8 +141,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.Identity == "" {
 		go func() { errs <- ctl.Run(ctx) }()
 	} else {
-		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, metav1.NamespaceSystem, LeaseName, client.CoreV1(), client.CoordinationV1(),
-			resourcelock.ResourceLockConfig{Identity: o.Identity})
+		lock, err := leader.Lease(client, metav1.NamespaceSystem, LeaseName, o.Identity)
 		if err != nil {
 			return err
 		}

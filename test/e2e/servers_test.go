@@ -29,7 +29,7 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
-	"github.com/steadyplane/steadyplane/pkg/controlplane/join"
+	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 

@@ -88,6 +88,10 @@ type Options struct {
 	// Images is the node's image store; nil runs only pods of the host
 	// runtime class (and every pod under the process runtime).
 	Images *images.Store
+	// ImageImportDir holds image archives (docker save or OCI) imported
+	// into Images at start, as k3s imports its agent/images; "" for none.
+	// Static pods start meanwhile, API pods once it is done.
+	ImageImportDir string
 	// InsecureRegistries may be pulled from over plain HTTP besides those
 	// on loopback addresses ("host" or "host:port").
 	InsecureRegistries []string
@@ -152,6 +156,9 @@ type Agent struct {
 	cidrWarned atomic.Bool
 	// imgs gets containers their images; nil without Options.Images.
 	imgs *imageService
+	// imported is closed once the import directory's archives are in
+	// the store.
+	imported chan struct{}
 }
 
 var (
@@ -256,6 +263,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.dns.CheckLimitsForResolvConf(klog.FromContext(ctx))
 
 	a.staticWake = make(chan struct{}, 1)
+	a.imported = make(chan struct{})
+	go a.importImages()
 	// Patient: the API server restarts up to three times in seconds when a
 	// revision of it falls back, and a plain reflector would then not see
 	// new pods (the next installer) for up to a minute.
@@ -335,8 +344,14 @@ func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache
 	}
 	go servicesInformer.RunWithContext(ctx)
 	// The containers of API pods get the Services' variables: the pods
-	// are listed once the Services have been (a few objects, one request).
+	// are listed once the Services have been (a few objects, one request),
+	// and once the import directory's images are in the store.
 	if !cache.WaitForCacheSync(ctx.Done(), servicesInformer.HasSynced) {
+		return
+	}
+	select {
+	case <-a.imported:
+	case <-ctx.Done():
 		return
 	}
 	go informer.RunWithContext(ctx)
@@ -690,5 +705,29 @@ func (a *Agent) collectImages(context.Context) {
 	if err != nil {
 		klog.ErrorS(err, "Image garbage collection")
 		a.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", "%v", err)
+	}
+}
+
+// importImages imports the archives of the import directory into the
+// image store, as k3s imports its agent/images at start: an archive that
+// cannot be imported is reported (a log line, a warning, an event on the
+// Node) and skipped, never fatal.
+func (a *Agent) importImages() {
+	defer close(a.imported)
+	if a.opts.Images == nil || a.opts.ImageImportDir == "" {
+		return
+	}
+	start := time.Now()
+	imported, err := a.opts.Images.ImportDir(a.opts.ImageImportDir, images.UnpackOptions{Rootless: os.Geteuid() != 0}, func(path string, err error) {
+		klog.ErrorS(err, "Importing an image archive", "archive", path)
+		fmt.Fprintf(os.Stderr, "WARNING: image archive %s not imported: %v\n", path, err)
+		a.nodeEvent(corev1.EventTypeWarning, "ImageImportFailed", "Image archive %s not imported: %v", path, err)
+	})
+	if err != nil {
+		klog.ErrorS(err, "Importing the image archives", "dir", a.opts.ImageImportDir)
+		a.nodeEvent(corev1.EventTypeWarning, "ImageImportFailed", "Importing the image archives of %s: %v", a.opts.ImageImportDir, err)
+	}
+	for _, img := range imported {
+		klog.InfoS("Imported an image", "names", img.Names, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -41,7 +41,8 @@ func (s *Store) Add(img v1.Image, names, repoDigests []string, o UnpackOptions) 
 	if err != nil {
 		return Image{}, fmt.Errorf("image layers: %w", err)
 	}
-	rec := Image{ID: id.String(), Names: names, RepoDigests: repoDigests, Created: s.now().UTC()}
+	var diffIDs []v1.Hash
+	var size int64
 	for i, l := range layers {
 		diffID, err := l.DiffID()
 		if err != nil {
@@ -50,19 +51,32 @@ func (s *Store) Add(img v1.Image, names, repoDigests []string, o UnpackOptions) 
 		if i < len(cf.RootFS.DiffIDs) && cf.RootFS.DiffIDs[i] != diffID {
 			return Image{}, fmt.Errorf("layer %d is %s, the configuration says %s", i, diffID, cf.RootFS.DiffIDs[i])
 		}
-		if err := s.unpackLayer(l, diffID, o); err != nil {
+		if err := s.unpackLayer(l.Uncompressed, diffID, o); err != nil {
 			return Image{}, fmt.Errorf("layer %d (%s): %w", i, diffID, err)
 		}
 		if n, err := l.Size(); err == nil {
-			rec.Size += n
+			size += n
 		}
-		rec.Layers = append(rec.Layers, diffID.String())
+		diffIDs = append(diffIDs, diffID)
+	}
+	return s.register(raw, diffIDs, size, names, repoDigests)
+}
+
+// register records the image of configuration raw, whose layers (diffIDs,
+// size bytes in all) are unpacked in the store, under names and
+// repoDigests; a name another image had moves to this one, as a tag does.
+func (s *Store) register(raw []byte, diffIDs []v1.Hash, size int64, names, repoDigests []string) (Image, error) {
+	sum := sha256.Sum256(raw)
+	id := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+	rec := Image{ID: id.String(), Names: names, RepoDigests: repoDigests, Created: s.now().UTC(), Size: size}
+	for _, d := range diffIDs {
+		rec.Layers = append(rec.Layers, d.String())
 	}
 	if err := atomicfile.WriteFile(s.configPath(id), raw, 0o600); err != nil {
 		return Image{}, err
 	}
 	var stored Image
-	err = s.update(func(idx *index) error {
+	err := s.update(func(idx *index) error {
 		for i := range idx.Images {
 			other := &idx.Images[i]
 			if other.ID == rec.ID {
@@ -96,10 +110,10 @@ func union(a, b []string) []string {
 	return out
 }
 
-// unpackLayer unpacks l into the layer directory of diffID unless it is
-// there: into a temporary directory first, renamed once complete, so a
-// layer directory is never half written.
-func (s *Store) unpackLayer(l v1.Layer, diffID v1.Hash, o UnpackOptions) error {
+// unpackLayer unpacks the layer open reads (uncompressed) into the layer
+// directory of diffID unless it is there: into a temporary directory first,
+// renamed once complete, so a layer directory is never half written.
+func (s *Store) unpackLayer(open func() (io.ReadCloser, error), diffID v1.Hash, o UnpackOptions) error {
 	dst := s.layerPath(diffID)
 	if _, err := os.Stat(dst); err == nil {
 		return nil
@@ -112,7 +126,7 @@ func (s *Store) unpackLayer(l v1.Layer, diffID v1.Hash, o UnpackOptions) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	rc, err := l.Uncompressed()
+	rc, err := open()
 	if err != nil {
 		return err
 	}

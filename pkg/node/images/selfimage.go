@@ -2,7 +2,10 @@ package images
 
 import (
 	"archive/tar"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,7 +120,32 @@ func ExecutableImage(path, binPath, tmpDir string) (v1.Image, error) {
 		return nil, err
 	}
 	defer layerFile.Close()
-	tw := tar.NewWriter(layerFile)
+	if err := writeExecutableLayer(layerFile, path, binPath, files); err != nil {
+		return nil, err
+	}
+	if err := layerFile.Sync(); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromFile(layerFile.Name())
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	diffID, err := layer.DiffID()
+	if err != nil {
+		return nil, err
+	}
+	return mutate.ConfigFile(img, executableConfig(diffID, binPath))
+}
+
+// writeExecutableLayer writes the layer of ExecutableImage to w as a tar
+// stream: the parent directories, files (the executable's libraries), then
+// the executable at path as binPath.
+func writeExecutableLayer(w io.Writer, path, binPath string, files []string) error {
+	tw := tar.NewWriter(w)
 	epoch := time.Unix(0, 0)
 	dirs := map[string]bool{}
 	add := func(src, dst string, mode int64) error {
@@ -145,35 +173,30 @@ func ExecutableImage(path, binPath, tmpDir string) (v1.Image, error) {
 		return err
 	}
 	for _, lib := range files {
-		if err := add(lib, lib, 0o755); err != nil {
-			return nil, fmt.Errorf("adding %s to the image: %w", lib, err)
+		if err := add(lib, lib, executableMode); err != nil {
+			return fmt.Errorf("adding %s to the image: %w", lib, err)
 		}
 	}
-	if err := add(path, binPath, 0o755); err != nil {
-		return nil, fmt.Errorf("adding %s to the image: %w", path, err)
+	if err := add(path, binPath, executableMode); err != nil {
+		return fmt.Errorf("adding %s to the image: %w", path, err)
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
+	return tw.Close()
+}
+
+// executableMode is the mode of the files of an executable's image.
+const executableMode = 0o755
+
+// executableConfig is the configuration of the executable's image whose
+// one layer is diffID: what mutate.AppendLayers on the empty image and
+// then the entrypoint make, field for field, so that ExecutableImage and
+// AddExecutable give the same image ID.
+func executableConfig(diffID v1.Hash, binPath string) *v1.ConfigFile {
+	return &v1.ConfigFile{
+		OS: "linux", Architecture: goruntime.GOARCH,
+		RootFS:  v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diffID}},
+		History: []v1.History{{}},
+		Config:  v1.Config{Entrypoint: []string{binPath}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}},
 	}
-	if err := layerFile.Sync(); err != nil {
-		return nil, err
-	}
-	layer, err := tarball.LayerFromFile(layerFile.Name())
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", goruntime.GOARCH
-	cf.Config = v1.Config{Entrypoint: []string{binPath}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
-	return mutate.ConfigFile(img, cf)
 }
 
 // WriteExecutableArchive writes, as `docker save` does, the image of the
@@ -216,8 +239,12 @@ func cleanTemp(dir, pattern string) {
 
 // AddExecutable puts the image of the executable at path (ExecutableImage,
 // run as binPath) into the store as ref, unless the store has ref already:
-// what WriteExecutableArchive and an import of its archive do, without the
-// archive in between (a node that has no agent to import it at start).
+// what WriteExecutableArchive and an import of its archive give, without
+// the archive, its compression or a layer file in between. When path is on
+// the store's filesystem with the image's mode, the layer's copy of it is a
+// hard link to path: the processes that run it from the image share its
+// pages in memory with those that run path itself (a server's CoreDNS and
+// its control plane).
 func (s *Store) AddExecutable(path, binPath, ref string, o UnpackOptions) error {
 	if _, ok, err := s.Get(ref); err == nil && ok {
 		return nil
@@ -226,13 +253,62 @@ func (s *Store) AddExecutable(path, binPath, ref string, o UnpackOptions) error 
 	if err != nil {
 		return err
 	}
-	img, err := ExecutableImage(path, binPath, s.root)
+	files, err := ExecutableFiles(path)
 	if err != nil {
 		return err
 	}
-	defer cleanTemp(s.root, ".layer-*.tmp")
-	if _, err := s.Add(img, []string{normalized}, nil, o); err != nil {
+	h := sha256.New()
+	size := &countingWriter{w: h}
+	if err := writeExecutableLayer(size, path, binPath, files); err != nil {
+		return fmt.Errorf("the image %s: %w", ref, err)
+	}
+	diffID := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	open := func() (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(writeExecutableLayer(pw, path, binPath, files)) }()
+		return pr, nil
+	}
+	if err := s.unpackLayer(open, diffID, o); err != nil {
+		return fmt.Errorf("the image %s: layer %s: %w", ref, diffID, err)
+	}
+	linkSame(path, filepath.Join(s.layerPath(diffID), binPath))
+	raw, err := json.Marshal(executableConfig(diffID, binPath))
+	if err != nil {
+		return err
+	}
+	if _, err := s.register(raw, []v1.Hash{diffID}, size.n, []string{normalized}, nil); err != nil {
 		return fmt.Errorf("the image %s: %w", ref, err)
 	}
 	return nil
+}
+
+// linkSame replaces copy, a file with the content of src, by a hard link to
+// src when both are on one filesystem and have the same mode; it leaves the
+// copy as it is otherwise.
+func linkSame(src, copy string) {
+	a, errA := os.Stat(src)
+	b, errB := os.Stat(copy)
+	if errA != nil || errB != nil || a.Mode() != b.Mode() || a.Size() != b.Size() || os.SameFile(a, b) {
+		return
+	}
+	tmp := copy + ".link"
+	_ = os.Remove(tmp)
+	if err := os.Link(src, tmp); err != nil {
+		return
+	}
+	if err := os.Rename(tmp, copy); err != nil {
+		_ = os.Remove(tmp)
+	}
+}
+
+// countingWriter counts what goes through it to w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -1,5 +1,7 @@
-// Package staticpod reads static pod manifests (the kubelet's
-// --pod-manifest-path) and builds their mirror pods. Parse takes untrusted
+// Package staticpod is static pod manifests: written from a Spec by "up"
+// and a worker's "node" (spec.go), read by the node agent as the kubelet
+// reads its --pod-manifest-path, with the mirror pods that show them in the
+// API (staticpod.go). Parse takes untrusted
 // input: a file an operator may have half-written or mistyped is an error
 // with the file's name, never a crash.
 package staticpod

@@ -1,4 +1,4 @@
-package clusterdns
+package coredns
 
 import (
 	"context"

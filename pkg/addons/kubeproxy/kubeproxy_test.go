@@ -1,12 +1,14 @@
-package controlplane
+package kubeproxy
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
 
-func TestChooseProxyMode(t *testing.T) {
+func TestChooseMode(t *testing.T) {
 	tests := []struct {
 		name, requested, kernel string
 		nft, ipt                bool
@@ -27,7 +29,7 @@ func TestChooseProxyMode(t *testing.T) {
 		{name: "a mode kube-proxy has but up does not choose", requested: "ipvs", kernel: "6.8.0", nft: true, ipt: true, errHas: "auto, nftables or iptables"},
 	}
 	for _, tc := range tests {
-		mode, warning, err := ChooseProxyMode(tc.requested, tc.kernel, tc.nft, tc.ipt)
+		mode, warning, err := ChooseMode(tc.requested, tc.kernel, tc.nft, tc.ipt)
 		if mode != tc.mode || (warning != "") != tc.warns || (err != nil) != (tc.errHas != "") || err != nil && !strings.Contains(err.Error(), tc.errHas) {
 			t.Errorf("%s: mode %q, warning %q, err %v; want %q, warning %v, error containing %q", tc.name, mode, warning, err, tc.mode, tc.warns, tc.errHas)
 		}
@@ -46,34 +48,8 @@ func TestKernelAtLeast(t *testing.T) {
 	}
 }
 
-func TestOwnsNodeAddress(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*Options)
-		root   bool
-		want   bool
-	}{
-		{"the defaults as root: an address on the pod bridge", func(*Options) {}, true, true},
-		{"not root: no bridge can be made", func(*Options) {}, false, false},
-		{"host processes: no pod network", func(o *Options) { o.NodeRuntime = "process" }, true, false},
-		{"no node agent", func(o *Options) { o.Node = false }, true, false},
-		{"a named bind address is used as given", func(o *Options) { o.BindAddress = "10.0.0.1" }, true, false},
-		{"a named advertise address is used as given", func(o *Options) { o.AdvertiseAddress = "10.0.0.1" }, true, false},
-		{"a named node IP is used as given", func(o *Options) { o.NodeIP = "10.0.0.1" }, true, false},
-		{"every address (0.0.0.0) is not loopback only", func(o *Options) { o.BindAddress = "0.0.0.0" }, true, false},
-		{"another loopback address", func(o *Options) { o.BindAddress = "127.0.0.2" }, true, true},
-	}
-	for _, tc := range tests {
-		o := NewOptions()
-		tc.mutate(o)
-		if got := OwnsNodeAddress(*o, tc.root); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestProxyArgs(t *testing.T) {
-	args := ProxyArgs(Proxy{Kubeconfig: "/d/kube-proxy.kubeconfig", NodeName: "n1", Mode: "nftables", ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})
+	args := Args(Config{Kubeconfig: "/d/kube-proxy.kubeconfig", NodeName: "n1", Mode: "nftables", ClusterCIDR: "10.244.0.0/24", NodeIP: "10.244.0.1", HealthzPort: 10256, MetricsPort: 10249})
 	for _, want := range []string{"--kubeconfig=/d/kube-proxy.kubeconfig", "--hostname-override=n1", "--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/24",
 		"--healthz-bind-address=10.244.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--conntrack-max-per-core=0"} {
 		if !slices.Contains(args, want) {
@@ -84,7 +60,7 @@ func TestProxyArgs(t *testing.T) {
 		t.Errorf("the subcommand comes first: %v", args)
 	}
 	// A worker does not know the cluster's pod range: its own is local.
-	worker := ProxyArgs(Proxy{Kubeconfig: "/w/kube-proxy.kubeconfig", NodeName: "w1", Mode: "iptables", NodeIP: "10.0.0.4", HealthzPort: 10256, MetricsPort: 10249})
+	worker := Args(Config{Kubeconfig: "/w/kube-proxy.kubeconfig", NodeName: "w1", Mode: "iptables", NodeIP: "10.0.0.4", HealthzPort: 10256, MetricsPort: 10249})
 	if !slices.Contains(worker, "--detect-local-mode=NodeCIDR") || slices.ContainsFunc(worker, func(a string) bool { return strings.HasPrefix(a, "--cluster-cidr") }) {
 		t.Errorf("a worker's kube-proxy args: %v; want --detect-local-mode=NodeCIDR and no --cluster-cidr", worker)
 	}
@@ -93,7 +69,7 @@ func TestProxyArgs(t *testing.T) {
 // TestProxyPod checks kube-proxy's static pod, on a server and a worker:
 // privileged, on the host's network, its kubeconfig read-only.
 func TestProxyPod(t *testing.T) {
-	pod := proxyPod("/d/bin/steadyplane-0123", []string{"proxy", "--kubeconfig=/w/kube-proxy.kubeconfig"}, "/w/kube-proxy.kubeconfig").Pod()
+	pod := Pod("/d/bin/steadyplane-0123", []string{"proxy", "--kubeconfig=/w/kube-proxy.kubeconfig"}, "/w/kube-proxy.kubeconfig").Pod()
 	c := pod.Spec.Containers[0]
 	if pod.Name != "kube-proxy" || !pod.Spec.HostNetwork || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Fatalf("kube-proxy's pod: %+v", pod)
@@ -108,22 +84,35 @@ func TestProxyPod(t *testing.T) {
 	}
 }
 
-func TestNodeResolvConf(t *testing.T) {
-	stub := []byte("nameserver 127.0.0.53\noptions edns0 trust-ad\n")
-	real := []byte("nameserver 192.0.2.53\n")
-	for _, tc := range []struct {
-		name, given   string
-		etc           []byte
-		systemdExists bool
-		want          string
-	}{
-		{"given: as given", "/tmp/r", stub, true, "/tmp/r"},
-		{"a real server in /etc/resolv.conf", "", real, true, "/etc/resolv.conf"},
-		{"systemd-resolved's stub: its list of real servers", "", stub, true, "/run/systemd/resolve/resolv.conf"},
-		{"a stub without systemd's list: /etc/resolv.conf all the same", "", stub, false, "/etc/resolv.conf"},
-	} {
-		if got := NodeResolvConf(tc.given, tc.etc, tc.systemdExists); got != tc.want {
-			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+// TestWriteWorker: a worker's kube-proxy manifest is written with the
+// node's own credentials and NodeCIDR as local, and removed when it is
+// switched off.
+func TestWriteWorker(t *testing.T) {
+	dir := t.TempDir()
+	have := func(string) (string, error) { return "/usr/sbin/x", nil }
+	w := Worker{Enabled: true, ManifestDir: dir, Binary: "/r/bin/steadyplane-0123", Mode: ModeIPTables,
+		Kubeconfig: filepath.Join(t.TempDir(), KubeconfigFile), NodeName: "w1", NodeIP: "10.0.0.4"}
+	mode, warning, err := WriteWorker(w, have)
+	if err != nil || mode != ModeIPTables || warning == "" {
+		t.Fatalf("WriteWorker: %q, %q, %v; want iptables with its warning", mode, warning, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--detect-local-mode=NodeCIDR", "--hostname-override=w1", "--healthz-bind-address=10.0.0.4:10256", w.Kubeconfig} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the worker's manifest lacks %s:\n%s", want, b)
 		}
+	}
+	w.Enabled = false
+	if _, _, err := WriteWorker(w, have); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); !os.IsNotExist(err) {
+		t.Errorf("the manifest stays with kube-proxy off: %v", err)
+	}
+	if _, _, err := WriteWorker(w, have); err != nil {
+		t.Errorf("switching off again (nothing to remove): %v", err)
 	}
 }

@@ -1,12 +1,16 @@
-// Package clusterdns is the cluster's DNS: CoreDNS (its kubernetes, forward,
-// cache, errors, health, ready, loop and prometheus plugins, compiled into steadyplane
-// as "steadyplane dns") deployed in kube-system as the kubeadm add-on is,
-// behind the kube-dns Service at the tenth address of the service range.
+// Package coredns is the cluster's DNS: CoreDNS (its kubernetes, forward,
+// cache, errors, health, ready, loop and prometheus plugins, compiled into
+// steadyplane as "steadyplane dns", package coredns/server) deployed in
+// kube-system as the kubeadm add-on is, behind the kube-dns Service at the
+// tenth address of the service range, from the image of the steadyplane
+// binary (image.go). A server decides its DNS in Plan (server.go); a worker
+// finds the cluster's in Find (apply.go); the node's resolver file is
+// chosen in resolv.go.
 //
 // Config in, objects out: Objects is a pure function of Config, Apply
 // writes them with server-side apply, so a second "up" (a new binary, a new
 // upstream) changes exactly what changed.
-package clusterdns
+package coredns
 
 import (
 	"bufio"

@@ -1,22 +1,12 @@
-package controlplane
+package join
 
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
-	"github.com/steadyplane/steadyplane/pkg/etcd"
-	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // masterLeasesPrefix is where the API servers' endpoint leases are kept
@@ -30,11 +20,11 @@ const masterLeasesPrefix = "/registry/masterleases/"
 // Node. The host itself is not touched: stop "up" there first, and clean
 // its data directory before it joins again.
 func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string, ...any)) error {
-	st, err := LoadClusterState(dataDir)
+	st, err := LoadState(dataDir)
 	if err != nil {
 		return err
 	}
-	client, err := failoverAdminClient(dataDir)
+	client, err := AdminClient(dataDir)
 	if err != nil {
 		return err
 	}
@@ -45,25 +35,20 @@ func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string
 	if err != nil {
 		return fmt.Errorf("reading Node %s: %w", name, err)
 	}
-	var ips []string
-	for _, a := range node.Status.Addresses {
-		if a.Type == "InternalIP" {
-			ips = append(ips, a.Address)
-		}
-	}
+	ips := internalIPs(node)
 	cli, err := dataDirEtcdClient(dataDir, st)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	members, err := etcd.ListMembers(ctx, cli)
+	members, err := ListMembers(ctx, cli)
 	if err != nil {
 		return fmt.Errorf("%w (with no quorum, nothing can be removed: see up --cluster-reset)", err)
 	}
-	target := etcd.MemberOf(members, name, ips)
+	target := MemberOf(members, name, ips)
 	if target != 0 {
-		healthy := etcd.MemberHealth(ctx, cli, members, 2*time.Second)
-		if err := etcd.CanRemove(members, healthy, target); err != nil {
+		healthy := MemberHealth(ctx, cli, members, 2*time.Second)
+		if err := CanRemove(members, healthy, target); err != nil {
 			return fmt.Errorf("not removing %s's etcd member: %w", name, err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -91,43 +76,4 @@ func RemoveNode(ctx context.Context, dataDir, name string, progressf func(string
 		progressf("%s's data directory cannot start again (its etcd member is gone): there, stop up and run steadyplane cleanup --remove-data, then join it again with up --server and the token", name)
 	}
 	return nil
-}
-
-// failoverAdminClient is an admin client from dataDir's kubeconfig,
-// failing over between the servers it lists.
-func failoverAdminClient(dataDir string) (kubernetes.Interface, error) {
-	cfg, _, err := clientconfig.Load(filepath.Join(dataDir, "admin.kubeconfig"), clientconfig.Options{})
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = 15 * time.Second
-	return kubernetes.NewForConfig(cfg)
-}
-
-// dataDirEtcdClient reaches the etcd members of the servers dataDir knows,
-// with its API server's etcd client certificate.
-func dataDirEtcdClient(dataDir string, st ClusterState) (*clientv3.Client, error) {
-	dir := filepath.Join(dataDir, "pki")
-	var files [3][]byte
-	for i, name := range []string{pki.APIServerEtcdClientName + ".crt", pki.APIServerEtcdClientName + ".key", pki.EtcdCAName + ".crt"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a server's data directory: %w", dataDir, err)
-		}
-		files[i] = b
-	}
-	port := st.EtcdClientPort
-	if port == 0 {
-		port = NewOptions().EtcdClientPort
-	}
-	var endpoints []string
-	for _, s := range st.Servers {
-		if host, _, err := net.SplitHostPort(s); err == nil {
-			endpoints = append(endpoints, "https://"+net.JoinHostPort(host, strconv.Itoa(port)))
-		}
-	}
-	if len(endpoints) == 0 {
-		return nil, fmt.Errorf("%s knows no server of its cluster (%s)", dataDir, clusterFile)
-	}
-	return newEtcdClient(endpoints, files[0], files[1], files[2])
 }

@@ -1,4 +1,4 @@
-package controlplane
+package join
 
 import (
 	"os"
@@ -48,27 +48,39 @@ func TestMergeServers(t *testing.T) {
 	}
 }
 
-func TestClusterState(t *testing.T) {
+func TestState(t *testing.T) {
 	dir := t.TempDir()
-	st, err := LoadClusterState(dir)
+	st, err := LoadState(dir)
 	if err != nil || st.JoinedFrom != "" {
 		t.Fatalf("a new directory: %+v, %v", st, err)
 	}
-	want := ClusterState{JoinedFrom: "https://10.0.0.1:6443", Servers: []string{"10.0.0.1:6443"}, PodCIDR: "10.244.1.0/24", ClusterCIDR: "10.244.0.0/16"}
-	if err := saveClusterState(dir, want); err != nil {
+	want := State{JoinedFrom: "https://10.0.0.1:6443", Servers: []string{"10.0.0.1:6443"}, PodCIDR: "10.244.1.0/24", ClusterCIDR: "10.244.0.0/16"}
+	if err := SaveState(dir, want); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, clusterFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(filepath.Join(dir, StateFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("cluster.json: %v, %v", fi, err)
 	}
-	got, err := LoadClusterState(dir)
+	got, err := LoadState(dir)
 	if err != nil || got.JoinedFrom != want.JoinedFrom || got.PodCIDR != want.PodCIDR || !slices.Equal(got.Servers, want.Servers) {
 		t.Fatalf("got %+v, %v", got, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, clusterFile), []byte(`{"joinedFrom": "https://10.0.0.1:6443", "serv`), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(`{"joinedFrom": "https://10.0.0.1:6443", "serv`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadClusterState(dir); err == nil || !strings.Contains(err.Error(), clusterFile) {
-		t.Fatalf("a torn file: err = %v, want one naming %s", err, clusterFile)
+	if _, err := LoadState(dir); err == nil || !strings.Contains(err.Error(), StateFile) {
+		t.Fatalf("a torn file: err = %v, want one naming %s", err, StateFile)
+	}
+}
+
+// TestEtcdEndpoints: the other servers' etcd client URLs, on the cluster's
+// port (the default when it names none), never this server's own.
+func TestEtcdEndpoints(t *testing.T) {
+	servers := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::3]:6443", "no-port"}
+	if got, want := EtcdEndpoints(servers, 12379, "10.0.0.2"), []string{"https://10.0.0.1:12379", "https://[fd00::3]:12379"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if got, want := EtcdEndpoints(servers[:1], 0, ""), []string{"https://10.0.0.1:2379"}; !slices.Equal(got, want) {
+		t.Errorf("no port: got %v, want %v", got, want)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -60,7 +61,6 @@ type WorkerCredentials struct {
 const (
 	workerCA         = "ca.crt"
 	workerKubeconfig = "node.kubeconfig"
-	proxyKubeconfig  = "kube-proxy.kubeconfig"
 	workerClient     = "node-client"
 	workerServing    = "node-serving"
 )
@@ -84,7 +84,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	creds := &WorkerCredentials{Kubeconfig: filepath.Join(w.Dir, workerKubeconfig), ProxyKubeconfig: filepath.Join(w.Dir, proxyKubeconfig), CAFile: filepath.Join(w.Dir, workerCA),
+	creds := &WorkerCredentials{Kubeconfig: filepath.Join(w.Dir, workerKubeconfig), ProxyKubeconfig: filepath.Join(w.Dir, kubeproxy.KubeconfigFile), CAFile: filepath.Join(w.Dir, workerCA),
 		CertFile: filepath.Join(w.Dir, workerServing+".crt"), KeyFile: filepath.Join(w.Dir, workerServing+".key")}
 	ip := net.ParseIP(w.NodeIP)
 	if ip == nil {

@@ -1,10 +1,17 @@
-// Package join lets another host become a server of a cluster "up" made,
-// with one token: the token pins the cluster CA (the joining side checks
-// the CA it is sent against the token's hash, as kubeadm's
-// --discovery-token-ca-cert-hash and k3s's K10 tokens do) and carries a
-// bootstrap token the API server authenticates; what a server needs and
-// cannot make itself (the CAs' keys, the service-account key, the
-// cluster's ranges) reaches it sealed with a key only the token gives.
+// Package join is how a cluster grows and shrinks: another host becomes a
+// server (up --server) or a worker (node --server) of a cluster "up" made,
+// with one token, and leaves it (remove-node).
+//
+// The token pins the cluster CA (the joining side checks the CA it is sent
+// against the token's hash, as kubeadm's --discovery-token-ca-cert-hash
+// and k3s's K10 tokens do) and carries a bootstrap token the API server
+// authenticates (token.go, discover.go). What a server needs and cannot
+// make itself (the CAs' keys, the service-account key, the cluster's
+// ranges) reaches it sealed with a key only the token gives (bundle.go,
+// publish.go, server.go); its etcd member joins as a learner and is
+// promoted once caught up (membership.go, member.go). A worker asks for
+// its node's certificates instead (worker.go, approve.go). What a data
+// directory knows of its cluster is its State (state.go).
 package join
 
 import (

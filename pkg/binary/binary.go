@@ -1,0 +1,140 @@
+// Package binary keeps the steadyplane executable in a data directory by
+// its content, as k3s unpacks its binaries into its data directory: static
+// pods, the node agent and the images of the binary (CoreDNS's) name that
+// copy, which outlives "go run"'s temporary one, and a new build gets a new
+// name, so that a manifest changes exactly when its binary does. Every
+// process of a node then runs one file, whose pages the kernel keeps once.
+package binary
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+)
+
+// Prefix starts the name of every installed copy: steadyplane-<hash>.
+const Prefix = "steadyplane-"
+
+// Mode is an installed copy's mode: executable by anyone who may enter the
+// data directory (0700), so that an image can share the file.
+const Mode = 0o755
+
+// ImagePath is where the image of the binary (ImageRef) holds it.
+const ImagePath = "/usr/local/bin/steadyplane"
+
+// ImageRef names the image of an installed copy (Install's path) that pods
+// run the binary from, CoreDNS's first: steadyplane.io/steadyplane:<hash>,
+// the same on every node of one build.
+func ImageRef(installed string) string {
+	return "steadyplane.io/steadyplane:" + strings.TrimPrefix(filepath.Base(installed), Prefix)
+}
+
+// Install copies the executable at src into dir as steadyplane-<hash>
+// (the first 12 hex digits of its SHA-256), unless that copy exists, and
+// returns its path. The hash of a source already seen (same file, size and
+// modification time) is taken from dir's record instead of read again: a
+// start of "up" would otherwise read the whole binary (a quarter of a
+// second) to learn what it knew.
+func Install(src, dir string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	seen := identify(st)
+	rec := readRecord(dir)
+	if name, ok := rec[src]; ok && name.Source == seen {
+		dst := filepath.Join(dir, name.Name)
+		if ist, err := os.Stat(dst); err == nil && ist.Size() == st.Size() {
+			return dst, ensureMode(dst, ist)
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", src, err)
+	}
+	name := Prefix + hex.EncodeToString(h.Sum(nil))[:12]
+	dst := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if ist, err := os.Stat(dst); err != nil {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		if err := atomicfile.WriteFrom(dst, f, Mode); err != nil {
+			return "", err
+		}
+	} else if err := ensureMode(dst, ist); err != nil {
+		return "", err
+	}
+	rec[src] = installed{Name: name, Source: seen}
+	// The copy is a source too: up runs from it (and hashes nothing).
+	if ist, err := os.Stat(dst); err == nil {
+		rec[dst] = installed{Name: name, Source: identify(ist)}
+	}
+	// The record only saves time: a failure to write it costs the next
+	// start a hash, nothing else.
+	if b, err := json.Marshal(rec); err == nil {
+		_ = atomicfile.WriteFile(filepath.Join(dir, recordFile), b, 0o600)
+	}
+	return dst, nil
+}
+
+// ensureMode gives a copy an earlier release installed 0700 the mode Mode.
+func ensureMode(path string, st os.FileInfo) error {
+	if st.Mode().Perm() == Mode {
+		return nil
+	}
+	return os.Chmod(path, Mode)
+}
+
+// recordFile is where Install keeps what it hashed: by source path, the
+// copy's name and the source as it was then.
+const recordFile = ".installed.json"
+
+type installed struct {
+	Name   string    `json:"name"`
+	Source fileIdent `json:"source"`
+}
+
+// fileIdent is what tells that a file is the one hashed before: a file
+// replaced (by a build, a copy or a package) has another inode or another
+// modification time.
+type fileIdent struct {
+	Dev, Ino   uint64
+	Size       int64
+	MtimeNanos int64
+}
+
+func identify(st os.FileInfo) fileIdent {
+	id := fileIdent{Size: st.Size(), MtimeNanos: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id.Dev, id.Ino = uint64(sys.Dev), sys.Ino
+	}
+	return id
+}
+
+func readRecord(dir string) map[string]installed {
+	rec := map[string]installed{}
+	b, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if err != nil {
+		return rec
+	}
+	if json.Unmarshal(b, &rec) != nil {
+		return map[string]installed{}
+	}
+	return rec
+}

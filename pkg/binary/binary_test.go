@@ -1,0 +1,79 @@
+package binary
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestInstall(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "steadyplane")
+	dir := filepath.Join(t.TempDir(), "bin")
+	write := func(content string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(src, []byte(content), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(src, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Unix(1700000000, 0)
+	write("#!/bin/sh\necho one\n", t0)
+	first, err := Install(src, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(first), Prefix) || len(filepath.Base(first)) != len(Prefix)+12 {
+		t.Errorf("installed as %s, want %s<12 hex digits>", first, Prefix)
+	}
+	if st, err := os.Stat(first); err != nil || st.Mode().Perm() != Mode {
+		t.Fatalf("installed copy: %v, mode %v; want %v", err, st.Mode().Perm(), Mode)
+	}
+	again, err := Install(src, dir)
+	if err != nil || again != first {
+		t.Fatalf("the same source again: %s, %v; want %s", again, err, first)
+	}
+
+	// A rebuilt binary (new content, new modification time) gets a new
+	// name, and the old copy stays for the pods that still name it.
+	write("#!/bin/sh\necho two\n", t0.Add(time.Minute))
+	second, err := Install(src, dir)
+	if err != nil || second == first {
+		t.Fatalf("a rebuilt binary: %s, %v; want a new name", second, err)
+	}
+	if _, err := os.Stat(first); err != nil {
+		t.Errorf("the first copy went: %v", err)
+	}
+
+	// The record is only a shortcut: a damaged one costs a hash.
+	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Install(src, dir); err != nil || got != second {
+		t.Errorf("with a damaged record: %s, %v; want %s", got, err, second)
+	}
+
+	// A copy an earlier release installed 0700 is made shareable.
+	if err := os.Chmod(second, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(src, dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(second); st.Mode().Perm() != Mode {
+		t.Errorf("a 0700 copy stays %v, want %v", st.Mode().Perm(), Mode)
+	}
+
+	if _, err := Install(filepath.Join(t.TempDir(), "missing"), dir); err == nil {
+		t.Error("installing a missing file: no error")
+	}
+}
+
+func TestImageRef(t *testing.T) {
+	if got := ImageRef("/d/bin/steadyplane-12d5cd6e12f2"); got != "steadyplane.io/steadyplane:12d5cd6e12f2" {
+		t.Errorf("ImageRef = %s", got)
+	}
+}
