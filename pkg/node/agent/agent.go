@@ -45,12 +45,15 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
+	"github.com/steadyplane/steadyplane/pkg/node/allocation"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+	"github.com/steadyplane/steadyplane/pkg/node/volume"
 )
 
 // Options configure a node agent.
@@ -130,11 +133,9 @@ type Agent struct {
 	opts     Options
 	client   kubernetes.Interface
 	recorder record.EventRecorder
-	// dns makes pods' resolv.conf (the kubelet's configurer).
-	dns *dns.Configurer
 
 	mu      sync.Mutex
-	workers map[string]*worker // namespace/name of API pods; "static/namespace/name" of static pods
+	workers map[string]*podworker.Worker // namespace/name of API pods; "static/namespace/name" of static pods
 	// rejected are the pods admission refused, so that each is refused once.
 	rejected  map[types.UID]bool
 	wg        sync.WaitGroup
@@ -154,31 +155,29 @@ type Agent struct {
 	local *localstatus.Store
 	// cidrWarned is set once a pod CIDR mismatch was reported.
 	cidrWarned atomic.Bool
-	// imgs gets containers their images; nil without Options.Images.
-	imgs *imageService
+	// workerNode is the node as its pod workers see it, and what they
+	// share.
+	workerNode *podworker.Node
 	// imported is closed once the import directory's archives are in
 	// the store.
 	imported chan struct{}
 }
 
 var (
-	registry     = prometheus.NewRegistry()
-	statusWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_status_writes_total", Help: "Pod status PATCHes sent (no-op patches are not sent)."})
-	runningPods  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_node_running_pods", Help: "Pods the node agent runs."})
-	eventsTotal  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_events_total", Help: "Events the node agent recorded, by reason."}, []string{"reason"})
-	// deleteRetries counts failed attempts to remove a terminated pod.
-	deleteRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_pod_delete_retries_total", Help: "Failed attempts to remove a terminated pod from the API, each retried with backoff."})
+	registry    = prometheus.NewRegistry()
+	runningPods = prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_node_running_pods", Help: "Pods the node agent runs."})
+	eventsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_events_total", Help: "Events the node agent recorded, by reason."}, []string{"reason"})
 	// imagesRemoved counts images removed by garbage collection.
 	imagesRemoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "steadyplane_node_images_removed_total", Help: "Unused images removed because the image store's filesystem was over 85% full."})
 	// pressureEvictions counts pods evicted to relieve node pressure.
 	admissionRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_admission_rejections_total", Help: "Pods the node agent rejected on arrival (a host port held, too little room), by reason."}, []string{"reason"})
-	hookFailures        = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_lifecycle_hook_failures_total", Help: "Container lifecycle hooks that failed, by hook (postStart, preStop)."}, []string{"hook"})
 	pressureEvictions   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_node_pressure_evictions_total", Help: "Pods evicted because the node crossed a hard eviction threshold, by signal."}, []string{"signal"})
 )
 
 func init() {
-	registry.MustRegister(statusWrites, runningPods, peerRoutes, eventsTotal, deleteRetries, imagesRemoved, pressureEvictions, admissionRejections, hookFailures, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	registry.MustRegister(runningPods, peerRoutes, eventsTotal, imagesRemoved, pressureEvictions, admissionRejections, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
+	registry.MustRegister(podworker.Collectors()...)
 }
 
 // New returns an agent that talks to the API server with cfg.
@@ -234,9 +233,12 @@ func New(cfg *rest.Config, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, client: client, workers: map[string]*worker{}, local: localstatus.NewStore(), rejected: map[types.UID]bool{}}
+	a := &Agent{opts: o, client: client, workers: map[string]*podworker.Worker{}, local: localstatus.NewStore(), rejected: map[types.UID]bool{}}
+	a.workerNode = &podworker.Node{Name: o.NodeName, IP: o.NodeIP, Runtime: o.Runtime, Network: o.Network, RootDir: o.RootDir,
+		StopPodsOnExit: o.StopPodsOnExit, PodPidsLimit: o.PodPidsLimit, SeccompDefault: o.SeccompDefault, ClusterDomain: o.ClusterDomain,
+		Allocatable: a.allocatable(), Volumes: volume.ClientSource{Client: client}, Local: a.local}
 	if o.Images != nil {
-		a.imgs = newImageService(&images.Puller{Store: o.Images, InsecureRegistries: o.InsecureRegistries, Registries: o.Registries,
+		a.workerNode.Images = podworker.NewImageService(&images.Puller{Store: o.Images, InsecureRegistries: o.InsecureRegistries, Registries: o.Registries,
 			Unpack: images.UnpackOptions{Rootless: os.Geteuid() != 0}})
 	}
 	return a, nil
@@ -258,9 +260,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
 	a.recorder = recorder
-	a.dns = dns.NewConfigurer(recorder, &corev1.ObjectReference{Kind: "Node", Name: a.opts.NodeName, UID: types.UID(a.opts.NodeName)},
+	a.workerNode.DNS = dns.NewConfigurer(recorder, &corev1.ObjectReference{Kind: "Node", Name: a.opts.NodeName, UID: types.UID(a.opts.NodeName)},
 		[]net.IP{net.ParseIP(a.opts.NodeIP)}, a.opts.ClusterDNS, a.opts.ClusterDomain, a.opts.ResolverConfig)
-	a.dns.CheckLimitsForResolvConf(klog.FromContext(ctx))
+	a.workerNode.DNS.CheckLimitsForResolvConf(klog.FromContext(ctx))
 
 	a.staticWake = make(chan struct{}, 1)
 	a.imported = make(chan struct{})
@@ -321,7 +323,7 @@ var apiBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.S
 // runWithAPI registers the Node, retrying until an API server answers, then
 // starts the heartbeat, the Lease and the informer of the node's pods.
 func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache.Controller) {
-	registered := retryUntilDone(ctx, apiBackoff, func(ctx context.Context) bool {
+	registered := podworker.RetryUntilDone(ctx, apiBackoff, func(ctx context.Context) bool {
 		err := a.registerNode(ctx)
 		if err != nil {
 			klog.InfoS("No API server yet; static pods run meanwhile, registration is retried", "err", err)
@@ -379,11 +381,11 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w, ok := a.workers[key]; ok {
-		if w.pod.UID == pod.UID {
-			w.update(pod)
+		if w.Pod().UID == pod.UID {
+			w.Update(pod)
 			return
 		}
-		w.delete() // a new pod with the same name: the old one is gone
+		w.Delete() // a new pod with the same name: the old one is gone
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return // finished pods are not run again
@@ -391,7 +393,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	// A pod a node agent has run already (this one before a restart) was
 	// admitted then; only new ones are checked, as the kubelet admits.
 	if pod.Status.Phase == corev1.PodPending && len(pod.Status.ContainerStatuses) == 0 {
-		if reason, message := admissionVerdict(pod, a.activePodsLocked(string(pod.UID)), a.allocatable()); reason != "" {
+		if reason, message := allocation.Admit(pod, a.activePodsLocked(string(pod.UID)), a.workerNode.Allocatable); reason != "" {
 			if !a.rejected[pod.UID] {
 				a.rejected[pod.UID] = true
 				a.reject(ctx, pod, reason, message)
@@ -399,22 +401,21 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 			return
 		}
 	}
-	a.startWorker(ctx, key, newWorker(a, a.opts, pod, false))
+	a.startWorker(ctx, key, podworker.New(a, a.workerNode, pod, false))
 }
 
-func (a *Agent) startWorker(ctx context.Context, key string, w *worker) {
+func (a *Agent) startWorker(ctx context.Context, key string, w *podworker.Worker) {
 	a.startWorkerAfter(ctx, key, w, nil)
 }
 
 // startWorkerAfter runs w once after is closed (nil: at once): a replaced
 // static pod has stopped before its successor starts. Called with a.mu held.
-func (a *Agent) startWorkerAfter(ctx context.Context, key string, w *worker, after <-chan struct{}) {
+func (a *Agent) startWorkerAfter(ctx context.Context, key string, w *podworker.Worker, after <-chan struct{}) {
 	a.workers[key] = w
 	runningPods.Set(float64(len(a.workers)))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		defer close(w.finished)
 		if after != nil {
 			select {
 			case <-after:
@@ -422,7 +423,7 @@ func (a *Agent) startWorkerAfter(ctx context.Context, key string, w *worker, aft
 				return
 			}
 		}
-		w.run(ctx)
+		w.Run(ctx)
 		a.mu.Lock()
 		if a.workers[key] == w {
 			delete(a.workers, key)
@@ -447,8 +448,8 @@ func (a *Agent) podDeleted(obj any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.rejected, pod.UID)
-	if w, ok := a.workers[podKey(pod)]; ok && w.pod.UID == pod.UID {
-		w.delete()
+	if w, ok := a.workers[podKey(pod)]; ok && w.Pod().UID == pod.UID {
+		w.Delete()
 	}
 }
 
@@ -461,7 +462,9 @@ func (a *Agent) apiPod(pod *corev1.Pod) *corev1.Pod {
 	return a.mirrorFor(pod)
 }
 
-func (a *Agent) event(pod *corev1.Pod, eventType, reason, format string, args ...any) {
+// Event implements podworker.Host: an event about pod, on its mirror pod
+// for a static pod, counted and logged.
+func (a *Agent) Event(pod *corev1.Pod, eventType, reason, format string, args ...any) {
 	eventsTotal.WithLabelValues(reason).Inc()
 	klog.InfoS(fmt.Sprintf(format, args...), "pod", klog.KObj(pod), "reason", reason)
 	if a.recorder == nil {
@@ -654,29 +657,29 @@ func (a *Agent) allocatable() corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
 }
 
-// requested implements host: the pods of every worker but except's that
-// have not ended, with their spec's requests.
-func (a *Agent) requested(except types.UID) corev1.ResourceList {
+// Requested implements podworker.Host: the pods of every worker but
+// except's that have not ended, with the resources allocated to them.
+func (a *Agent) Requested(except types.UID) corev1.ResourceList {
 	a.mu.Lock()
 	pods := a.activePodsLocked(string(except))
 	a.mu.Unlock()
-	return podsRequests(pods)
+	return allocation.Requests(pods)
 }
 
-// serviceEnv implements host, as the kubelet's service links: the
+// ServiceEnv implements podworker.Host, as the kubelet's service links: the
 // variables of the Services of pod's namespace (unless the pod turns
 // enableServiceLinks off) and, for every pod, of the API server's Service
 // "kubernetes" in namespace default. Until the Services have been listed
 // once it fails for a pod of the API (its start is tried again); a static
 // pod, which may start before any API server, gets what is known.
-func (a *Agent) serviceEnv(pod *corev1.Pod, static bool) (map[string]string, error) {
+func (a *Agent) ServiceEnv(pod *corev1.Pod, static bool) (map[string]string, error) {
 	if a.services == nil || (!a.servicesSynced() && !static) {
 		if static {
 			return nil, nil
 		}
 		return nil, errors.New("services have not yet been read at least once, cannot construct envvars")
 	}
-	return serviceEnvVars(pod, a.services.List()), nil
+	return podworker.ServiceEnvVars(pod, a.services.List()), nil
 }
 
 func memory() resource.Quantity {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
+	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 )
 
 // nodeAPIHost is the agent as the node API sees it.
@@ -17,22 +18,20 @@ var _ kubeletapi.Host = nodeAPIHost{}
 
 // worker returns the worker of pod namespace/name, an API pod or a static
 // pod; uid, when given, must be the pod's or its mirror pod's.
-func (h nodeAPIHost) worker(namespace, name string, uid types.UID) (*worker, error) {
+func (h nodeAPIHost) worker(namespace, name string, uid types.UID) (*podworker.Worker, error) {
 	h.a.mu.Lock()
 	key := types.NamespacedName{Namespace: namespace, Name: name}.String()
-	candidates := []*worker{h.a.workers[key], h.a.workers[staticKeyPrefix+key]}
+	candidates := []*podworker.Worker{h.a.workers[key], h.a.workers[staticKeyPrefix+key]}
 	h.a.mu.Unlock()
 	for _, w := range candidates {
 		if w == nil {
 			continue
 		}
-		w.mu.Lock()
-		pod := w.pod
-		w.mu.Unlock()
+		pod := w.Pod()
 		if uid == "" || pod.UID == uid {
 			return w, nil
 		}
-		if m := h.a.mirrorFor(pod); w.static && m != nil && m.UID == uid {
+		if m := h.a.mirrorFor(pod); w.Static() && m != nil && m.UID == uid {
 			return w, nil
 		}
 	}
@@ -45,9 +44,7 @@ func (h nodeAPIHost) Container(namespace, pod, uid, container string) (*kubeleta
 	if err != nil {
 		return nil, err
 	}
-	w.mu.Lock()
-	c := w.view[container]
-	w.mu.Unlock()
+	c := w.Container(container)
 	if c == nil {
 		return nil, fmt.Errorf("container %q in pod %q: %w", container, pod, kubeletapi.ErrNotFound)
 	}
@@ -60,9 +57,7 @@ func (h nodeAPIHost) PodNetNS(namespace, pod, uid string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.netns, nil
+	return w.NetNS(), nil
 }
 
 // Pods returns the node's pods with the status the agent computed.

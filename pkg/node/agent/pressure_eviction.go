@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +13,7 @@ import (
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	kubelettypes "k8s.io/kubernetes/pkg/kubelet/types"
 
-	"github.com/steadyplane/steadyplane/pkg/node/runtime"
-	"github.com/steadyplane/steadyplane/pkg/node/volume"
+	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 )
 
 // Under pressure the agent evicts pods as the kubelet's eviction manager
@@ -123,19 +121,20 @@ func (a *Agent) evictUnderPressure(ctx context.Context) {
 	c := crossed[0]
 	res := pressureResource(c.signal)
 	a.mu.Lock()
-	workers := make([]*worker, 0, len(a.workers))
+	workers := make([]*podworker.Worker, 0, len(a.workers))
 	for _, w := range a.workers {
 		workers = append(workers, w)
 	}
 	a.mu.Unlock()
 	var cands []podUsage
-	byPod := map[*corev1.Pod]*worker{}
+	byPod := map[*corev1.Pod]*podworker.Worker{}
 	for _, w := range workers {
-		pod, ok := w.evictionCandidate()
+		pod, ok := w.EvictionCandidate()
 		if !ok || !evictable(pod) {
 			continue
 		}
-		u := w.usage(pod, res)
+		u := podUsage{pod: pod}
+		u.used, u.known = w.Usage(pod, res)
 		cands = append(cands, u)
 		byPod[u.pod] = w
 	}
@@ -148,68 +147,5 @@ func (a *Agent) evictUnderPressure(ctx context.Context) {
 	msg := evictionMessage(c, res, victim)
 	klog.InfoS("Evicting a pod to relieve node pressure", "pod", klog.KObj(victim.pod), "signal", c.signal, "used", victim.used)
 	pressureEvictions.WithLabelValues(string(c.signal)).Inc()
-	byPod[victim.pod].requestEviction(msg)
-}
-
-// evictionCandidate returns the worker's pod if it runs (not deleted, not
-// evicted, not a static pod).
-func (w *worker) evictionCandidate() (*corev1.Pod, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.static || w.gone || w.retiring || w.evictRequest != "" || w.pod == nil || w.pod.DeletionTimestamp != nil {
-		return nil, false
-	}
-	return w.pod, true
-}
-
-// requestEviction has the worker evict its pod with msg at its next turn.
-func (w *worker) requestEviction(msg string) {
-	w.mu.Lock()
-	w.evictRequest = msg
-	w.mu.Unlock()
-	w.poke()
-}
-
-// usage measures what pod's running containers use of res: memory and
-// processes from the runtime (the runs the node API sees), disk from the
-// pod's directory (emptyDirs, writable layers, logs).
-func (w *worker) usage(pod *corev1.Pod, res corev1.ResourceName) podUsage {
-	u := podUsage{pod: pod, known: true}
-	if res == corev1.ResourceEphemeralStorage {
-		dir := w.podDir(pod)
-		u.used = volume.DiskUsage(filepath.Join(dir, "volumes", "empty-dir"))
-		for _, c := range pod.Spec.Containers {
-			u.used += volume.DiskUsage(filepath.Join(dir, c.Name, "rw"))
-			logs, _ := filepath.Glob(filepath.Join(dir, c.Name, "*.log*"))
-			for _, l := range logs {
-				u.used += volume.DiskUsage(l)
-			}
-		}
-		return u
-	}
-	w.mu.Lock()
-	var runs []runtime.Container
-	for _, v := range w.view {
-		if v.Run != nil {
-			runs = append(runs, v.Run)
-		}
-	}
-	w.mu.Unlock()
-	for _, r := range runs {
-		m, ok := r.(runtime.Measured)
-		if !ok {
-			u.known = false
-			continue
-		}
-		got, ok := m.Usage()
-		if !ok {
-			continue // ended meanwhile
-		}
-		if res == corev1.ResourceMemory {
-			u.used += got.MemoryWorkingSet
-		} else {
-			u.used += got.Processes
-		}
-	}
-	return u
+	byPod[victim.pod].RequestEviction(msg)
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -105,13 +106,13 @@ func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, ow
 	a.mu.Lock()
 	// A pod whose manifest changed, went away or became invalid stops, with
 	// its grace period; its replacement starts only once it has stopped.
-	retired := map[string]*worker{}
+	retired := map[string]*podworker.Worker{}
 	for key, w := range a.workers {
-		if !w.static {
+		if !w.Static() {
 			continue
 		}
-		if p, ok := wanted[key]; !ok || p.UID != w.pod.UID {
-			w.retire()
+		if p, ok := wanted[key]; !ok || p.UID != w.Pod().UID {
+			w.Retire()
 			retired[key] = w
 			delete(a.workers, key)
 		}
@@ -121,9 +122,9 @@ func (a *Agent) syncStaticPods(ctx context.Context, reported map[string]bool, ow
 			klog.InfoS("Starting static pod", "pod", klog.KObj(p))
 			var after <-chan struct{}
 			if old := retired[key]; old != nil {
-				after = old.finished
+				after = old.Finished()
 			}
-			a.startWorkerAfter(ctx, key, newWorker(a, a.opts, p, true), after)
+			a.startWorkerAfter(ctx, key, podworker.New(a, a.workerNode, p, true), after)
 		}
 	}
 	a.mu.Unlock()
@@ -228,8 +229,8 @@ func (a *Agent) pokeStaticWorkers() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, w := range a.workers {
-		if w.static {
-			w.poke()
+		if w.Static() {
+			w.Poke()
 		}
 	}
 }
