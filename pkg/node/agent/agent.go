@@ -1,32 +1,29 @@
-// Package agent is steadyplane's node agent ("steadyplane node"): it registers
-// a Node, renews its Lease, and runs the pods bound to it, and static pods
-// from a manifest directory, with every container as a host process. Pod
-// status is the kubelet's: probes, restart policy with crash-loop backoff,
-// container states, and the Pod Ready++ conditions of pkg/node/podstatus,
-// written by PATCH so that conditions written by others are never lost.
+// Package agent is steadyplane's node agent ("steadyplane node"), as the
+// kubelet is upstream's: it registers the Node and keeps its status and
+// Lease (node.go), admits the pods bound to it (admission.go) and runs each
+// in a pod worker of its own (package podworker; pods.go), runs static pods
+// from a manifest directory with their mirror pods (static.go), evicts
+// pods when the node runs short (pressure.go, pressure_eviction.go), routes
+// other nodes' pod ranges (peers.go), and serves the node API to the API
+// server (nodeapi.go, package kubeletapi). Static pods run before any API
+// server answers, and keep running while it is away.
 package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/http"
 	"os"
-	goruntime "runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,7 +42,6 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/client/patient"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
-	"github.com/steadyplane/steadyplane/pkg/node/allocation"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
@@ -362,259 +358,6 @@ func (a *Agent) runWithAPI(ctx context.Context, informer, servicesInformer cache
 	}
 }
 
-// podKey is the key of pod in the informer's store and of its worker:
-// namespace/name.
-func podKey(pod *corev1.Pod) string {
-	return types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}.String()
-}
-
-func (a *Agent) podChanged(ctx context.Context, obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if _, mirror := pod.Annotations[staticpod.MirrorAnnotation]; mirror {
-		a.mirrorChanged(pod)
-		return
-	}
-	key := podKey(pod)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if w, ok := a.workers[key]; ok {
-		if w.Pod().UID == pod.UID {
-			w.Update(pod)
-			return
-		}
-		w.Delete() // a new pod with the same name: the old one is gone
-	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return // finished pods are not run again
-	}
-	// A pod a node agent has run already (this one before a restart) was
-	// admitted then; only new ones are checked, as the kubelet admits.
-	if pod.Status.Phase == corev1.PodPending && len(pod.Status.ContainerStatuses) == 0 {
-		if reason, message := allocation.Admit(pod, a.activePodsLocked(string(pod.UID)), a.workerNode.Allocatable); reason != "" {
-			if !a.rejected[pod.UID] {
-				a.rejected[pod.UID] = true
-				a.reject(ctx, pod, reason, message)
-			}
-			return
-		}
-	}
-	a.startWorker(ctx, key, podworker.New(a, a.workerNode, pod, false))
-}
-
-func (a *Agent) startWorker(ctx context.Context, key string, w *podworker.Worker) {
-	a.startWorkerAfter(ctx, key, w, nil)
-}
-
-// startWorkerAfter runs w once after is closed (nil: at once): a replaced
-// static pod has stopped before its successor starts. Called with a.mu held.
-func (a *Agent) startWorkerAfter(ctx context.Context, key string, w *podworker.Worker, after <-chan struct{}) {
-	a.workers[key] = w
-	runningPods.Set(float64(len(a.workers)))
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if after != nil {
-			select {
-			case <-after:
-			case <-ctx.Done():
-				return
-			}
-		}
-		w.Run(ctx)
-		a.mu.Lock()
-		if a.workers[key] == w {
-			delete(a.workers, key)
-		}
-		runningPods.Set(float64(len(a.workers)))
-		a.mu.Unlock()
-	}()
-}
-
-func (a *Agent) podDeleted(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if _, mirror := pod.Annotations[staticpod.MirrorAnnotation]; mirror {
-		a.mirrorChanged(nil)
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.rejected, pod.UID)
-	if w, ok := a.workers[podKey(pod)]; ok && w.Pod().UID == pod.UID {
-		w.Delete()
-	}
-}
-
-// apiPod returns the API object that stands for pod: the pod itself, or for
-// a static pod its mirror pod (nil until it exists). Status and events go to it.
-func (a *Agent) apiPod(pod *corev1.Pod) *corev1.Pod {
-	if pod.Annotations[staticpod.SourceAnnotation] != "file" {
-		return pod
-	}
-	return a.mirrorFor(pod)
-}
-
-// Event implements podworker.Host: an event about pod, on its mirror pod
-// for a static pod, counted and logged.
-func (a *Agent) Event(pod *corev1.Pod, eventType, reason, format string, args ...any) {
-	eventsTotal.WithLabelValues(reason).Inc()
-	klog.InfoS(fmt.Sprintf(format, args...), "pod", klog.KObj(pod), "reason", reason)
-	if a.recorder == nil {
-		return
-	}
-	ref := pod
-	if p := a.apiPod(pod); p != nil {
-		ref = p
-	}
-	a.recorder.Eventf(ref, eventType, reason, format, args...)
-}
-
-func (a *Agent) registerNode(ctx context.Context) error {
-	labels := map[string]string{
-		"kubernetes.io/hostname": a.opts.NodeName, "kubernetes.io/os": goruntime.GOOS, "kubernetes.io/arch": goruntime.GOARCH,
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: labels}}
-	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		created, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading Node %s: %w", a.opts.NodeName, err)
-		}
-		// A Node made before the agent (a joining server's, made with its
-		// pod range) gets the labels the scheduler's topology needs, as
-		// the kubelet reconciles its default labels.
-		if missing := MissingLabels(created.Labels, labels); len(missing) > 0 {
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": missing}})
-			if created, err = a.client.CoreV1().Nodes().Patch(ctx, a.opts.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return fmt.Errorf("labelling Node %s: %w", a.opts.NodeName, err)
-			}
-		}
-	case err != nil:
-		return fmt.Errorf("registering Node %s: %w", a.opts.NodeName, err)
-	}
-	a.mu.Lock()
-	a.node = created
-	a.mu.Unlock()
-	return a.writeNodeStatus(ctx)
-}
-
-func (a *Agent) writeNodeStatus(ctx context.Context) error {
-	now := metav1.Now()
-	hostname, _ := os.Hostname()
-	capacity := a.allocatable()
-	status := corev1.NodeStatus{
-		Capacity: capacity, Allocatable: capacity,
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.opts.NodeIP}, {Type: corev1.NodeHostName, Address: hostname}},
-		Conditions: append(pressureConditions(a.readNodeStats(), a.opts.EvictionHard), corev1.NodeCondition{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "steadyplane node agent is posting ready status",
-		}),
-		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.apiPort()}},
-		NodeInfo:        nodeInfo(a.opts.Runtime.Name()),
-	}
-	if a.opts.Images != nil {
-		if imgs, err := a.opts.Images.List(); err == nil {
-			status.Images = nodeImages(imgs)
-		}
-	}
-	a.mu.Lock()
-	node := a.node.DeepCopy()
-	a.mu.Unlock()
-	status.Conditions = withTransitions(status.Conditions, node.Status.Conditions, now)
-	node.Status = status
-	updated, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("writing Node %s status: %w", a.opts.NodeName, err)
-	}
-	a.mu.Lock()
-	a.node = updated
-	a.mu.Unlock()
-	if a.opts.Network != nil {
-		if msg := PodCIDRMismatch(updated.Spec.PodCIDR, a.opts.Network.PodCIDR()); msg != "" && !a.cidrWarned.Swap(true) {
-			klog.InfoS("WARNING: "+msg, "node", a.opts.NodeName)
-			a.nodeEvent(corev1.EventTypeWarning, "PodCIDRMismatch", "%s", msg)
-		}
-	}
-	return nil
-}
-
-// MissingLabels are the labels of want that are absent from, or
-// differ in, have.
-func MissingLabels(have, want map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range want {
-		if have[k] != v {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// PodCIDRMismatch says why the Node's allocated pod range (spec.podCIDR)
-// and the range the agent gives pods addresses from disagree, or "" when
-// they agree or nothing is allocated yet.
-func PodCIDRMismatch(allocated, configured string) string {
-	if allocated == "" {
-		return ""
-	}
-	_, a, errA := net.ParseCIDR(allocated)
-	_, c, errC := net.ParseCIDR(configured)
-	if errA == nil && errC == nil && a.String() == c.String() {
-		return ""
-	}
-	return fmt.Sprintf("the Node's spec.podCIDR is %s but this agent gives pods addresses from --pod-cidr=%s; restart the agent with --pod-cidr=%s", allocated, configured, allocated)
-}
-
-func (a *Agent) heartbeat(ctx context.Context) {
-	wait.UntilWithContext(ctx, a.writeHeartbeat, a.opts.StatusInterval)
-}
-
-// writeHeartbeat writes the Node's status; after a failure (a conflict, most
-// likely) it reads the Node again for the next turn.
-func (a *Agent) writeHeartbeat(ctx context.Context) {
-	err := a.writeNodeStatus(ctx)
-	if err == nil || ctx.Err() != nil {
-		return
-	}
-	klog.ErrorS(err, "Node heartbeat")
-	if latest, gerr := a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{}); gerr == nil {
-		a.mu.Lock()
-		a.node = latest
-		a.mu.Unlock()
-	}
-}
-
-// setLeaseOwner makes the Node own its Lease, as the kubelet does, so the
-// Lease goes when the Node does.
-func (a *Agent) setLeaseOwner(l *coordinationv1.Lease) error {
-	a.mu.Lock()
-	node := a.node
-	a.mu.Unlock()
-	if node == nil || len(l.OwnerReferences) > 0 {
-		return nil
-	}
-	l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
-	return nil
-}
-
-func (a *Agent) nodeRef() (string, types.UID) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.node == nil {
-		return a.opts.NodeName, ""
-	}
-	return a.node.Name, a.node.UID
-}
-
 func (a *Agent) serveMetrics(ctx context.Context) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
@@ -623,16 +366,6 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	if err := metricsserver.Serve(ctx, a.opts.MetricsAddress, mux); err != nil {
 		klog.ErrorS(err, "Serving node agent metrics", "address", a.opts.MetricsAddress)
 	}
-}
-
-// apiPort is the node API's port as the Node publishes it; 0 for none.
-func (a *Agent) apiPort() int32 {
-	_, port, err := net.SplitHostPort(a.opts.APIAddress)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(port)
-	return int32(n)
 }
 
 // checkLoopback refuses a read-only address that is not on a loopback
@@ -649,88 +382,4 @@ func checkLoopback(address string) error {
 		return fmt.Errorf("--metrics-bind-address=%q: the read-only endpoint answers without authentication, so it listens on a loopback address only (e.g. 127.0.0.1:10255)", address)
 	}
 	return nil
-}
-
-// allocatable is what the node offers pods: its CPUs, memory and 110 pods.
-func (a *Agent) allocatable() corev1.ResourceList {
-	cpu := resource.NewQuantity(int64(goruntime.NumCPU()), resource.DecimalSI)
-	return corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: memory(), corev1.ResourcePods: resource.MustParse("110")}
-}
-
-// Requested implements podworker.Host: the pods of every worker but
-// except's that have not ended, with the resources allocated to them.
-func (a *Agent) Requested(except types.UID) corev1.ResourceList {
-	a.mu.Lock()
-	pods := a.activePodsLocked(string(except))
-	a.mu.Unlock()
-	return allocation.Requests(pods)
-}
-
-// ServiceEnv implements podworker.Host, as the kubelet's service links: the
-// variables of the Services of pod's namespace (unless the pod turns
-// enableServiceLinks off) and, for every pod, of the API server's Service
-// "kubernetes" in namespace default. Until the Services have been listed
-// once it fails for a pod of the API (its start is tried again); a static
-// pod, which may start before any API server, gets what is known.
-func (a *Agent) ServiceEnv(pod *corev1.Pod, static bool) (map[string]string, error) {
-	if a.services == nil || (!a.servicesSynced() && !static) {
-		if static {
-			return nil, nil
-		}
-		return nil, errors.New("services have not yet been read at least once, cannot construct envvars")
-	}
-	return podworker.ServiceEnvVars(pod, a.services.List()), nil
-}
-
-func memory() resource.Quantity {
-	var total int64
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		var kb int64
-		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
-			total = kb * 1024
-		}
-	}
-	return *resource.NewQuantity(total, resource.BinarySI)
-}
-
-// imageGCPeriod is how often the image store's filesystem is checked, as
-// the kubelet's image garbage collection period.
-const imageGCPeriod = 5 * time.Minute
-
-// collectImages removes unused images while the store's filesystem is
-// over the kubelet's 85% threshold (down to 80%).
-func (a *Agent) collectImages(context.Context) {
-	removed, err := a.opts.Images.CollectGarbage()
-	for _, img := range removed {
-		imagesRemoved.Inc()
-		klog.InfoS("Removed an unused image: the image store's filesystem was over its threshold", "image", img.ID, "names", img.Names, "size", img.Size)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Image garbage collection")
-		a.nodeEvent(corev1.EventTypeWarning, "ImageGCFailed", "%v", err)
-	}
-}
-
-// importImages imports the archives of the import directory into the
-// image store, as k3s imports its agent/images at start: an archive that
-// cannot be imported is reported (a log line, a warning, an event on the
-// Node) and skipped, never fatal.
-func (a *Agent) importImages() {
-	defer close(a.imported)
-	if a.opts.Images == nil || a.opts.ImageImportDir == "" {
-		return
-	}
-	start := time.Now()
-	imported, err := a.opts.Images.ImportDir(a.opts.ImageImportDir, images.UnpackOptions{Rootless: os.Geteuid() != 0}, func(path string, err error) {
-		klog.ErrorS(err, "Importing an image archive", "archive", path)
-		fmt.Fprintf(os.Stderr, "WARNING: image archive %s not imported: %v\n", path, err)
-		a.nodeEvent(corev1.EventTypeWarning, "ImageImportFailed", "Image archive %s not imported: %v", path, err)
-	})
-	if err != nil {
-		klog.ErrorS(err, "Importing the image archives", "dir", a.opts.ImageImportDir)
-		a.nodeEvent(corev1.EventTypeWarning, "ImageImportFailed", "Importing the image archives of %s: %v", a.opts.ImageImportDir, err)
-	}
-	for _, img := range imported {
-		klog.InfoS("Imported an image", "names", img.Names, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
-	}
 }

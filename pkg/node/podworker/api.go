@@ -34,7 +34,7 @@ func (w *Worker) Allocated() (*corev1.Pod, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pod
-	if p == nil || w.gone || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if p == nil || w.asked.kind == podGone || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil, false
 	}
 	return w.allocated, true
@@ -60,19 +60,14 @@ func (w *Worker) NetNS() string {
 func (w *Worker) EvictionCandidate() (*corev1.Pod, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.static || w.gone || w.retiring || w.evictRequest != "" || w.pod == nil || w.pod.DeletionTimestamp != nil {
+	if w.static || w.asked.kind != podSync || w.pod == nil || w.pod.DeletionTimestamp != nil {
 		return nil, false
 	}
 	return w.pod, true
 }
 
 // RequestEviction has the worker evict its pod with msg at its next turn.
-func (w *Worker) RequestEviction(msg string) {
-	w.mu.Lock()
-	w.evictRequest = msg
-	w.mu.Unlock()
-	w.Poke()
-}
+func (w *Worker) RequestEviction(msg string) { w.ask(podEvent{kind: podEvicted, message: msg}) }
 
 // Usage measures what pod's running containers use of res: memory and
 // processes from the runtime, disk from the pod's directory (emptyDirs,

@@ -12,7 +12,6 @@ import (
 	"k8s.io/kubernetes/pkg/securitycontext"
 
 	"github.com/steadyplane/steadyplane/pkg/logfile"
-	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -48,15 +47,16 @@ func terminatedReason(exit runtime.Exit) string {
 
 // securityConfig applies the container's effective security context (the
 // pod's, overridden by the container's) to cfg. image is the container's
-// image, nil for a host root: without runAsUser the container runs as the
-// image's user, and runAsNonRoot is checked against it as the kubelet does.
-func securityConfig(pod *corev1.Pod, c *corev1.Container, cfg *runtime.ContainerConfig, image *pulledImage) error {
+// image, nil for a host root, whose files readImageFile reads: without
+// runAsUser the container runs as the image's user, and runAsNonRoot is
+// checked against it as the kubelet does.
+func securityConfig(pod *corev1.Pod, c *corev1.Container, cfg *runtime.ContainerConfig, image *pulledImage, readImageFile func(string) ([]byte, error)) error {
 	sc := securitycontext.DetermineEffectiveSecurityContext(pod, c)
 	var imgUser runtime.User
 	numeric := true
 	if image != nil {
 		var err error
-		imgUser, numeric, err = imageUser(image.config.Config.User, func(p string) ([]byte, error) { return images.ReadFile(image.layers, p) })
+		imgUser, numeric, err = imageUser(image.config.Config.User, readImageFile)
 		if err != nil {
 			return fmt.Errorf("%w: %v", errConfig, err)
 		}
@@ -149,17 +149,18 @@ func isServiceAccountAutomount(v corev1.Volume) bool {
 // whose mount point does not exist on the host and cannot be made there:
 // the runc runtime makes an empty directory for a directory source (as a
 // revision's /etc/kubernetes/static-pod-resources), nothing for a file.
-func checkMountPoint(m runtime.Mount) error {
+// stat is os.Stat on the host.
+func checkMountPoint(m runtime.Mount, stat func(string) (os.FileInfo, error)) error {
 	// runc binds these read-only into every container: a mount point in
 	// them must exist on the host, or be one runc makes.
 	for _, dir := range runc.SystemDirs {
 		if !strings.HasPrefix(m.Destination, dir+"/") {
 			continue
 		}
-		if _, err := os.Stat(m.Destination); err == nil {
+		if _, err := stat(m.Destination); err == nil {
 			return nil
 		}
-		if st, err := os.Stat(m.Source); err == nil && st.IsDir() {
+		if st, err := stat(m.Source); err == nil && st.IsDir() {
 			return nil
 		}
 		return fmt.Errorf("%w: mount path %s is inside the read-only %s of the host and does not exist there", errConfig, m.Destination, dir)

@@ -59,7 +59,7 @@ func TestCheckMountPoint(t *testing.T) {
 		{name: "missing mount point in /usr, missing source", m: runtime.Mount{Source: filepath.Join(dir, "gone"), Destination: "/usr/steadyplane-test-does-not-exist"}, refused: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkMountPoint(tt.m)
+			err := checkMountPoint(tt.m, os.Stat)
 			if (err != nil) != tt.refused || err != nil && !errors.Is(err, errConfig) {
 				t.Errorf("checkMountPoint = %v, refused want %v (as a config error)", err, tt.refused)
 			}

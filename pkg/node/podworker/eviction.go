@@ -93,20 +93,6 @@ func measureStorage(podDir string, pod *corev1.Pod, containers []string) storage
 	return u
 }
 
-// evict stops pod's containers at once and for good, as the kubelet's
-// eviction manager does for local storage, and records why: the pod is
-// Failed with reason Evicted, a DisruptionTarget condition and an event.
-// Its volumes and sandbox go, freeing the disk it overused.
-func (w *Worker) evict(ctx context.Context, pod *corev1.Pod, msg string) {
-	w.end(ctx, pod, ReasonEvicted, corev1.EventTypeWarning, msg, 0)
-}
-
-// The kubelet's reason and message for a pod past its activeDeadlineSeconds.
-const (
-	ReasonDeadlineExceeded  = "DeadlineExceeded"
-	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
-)
-
 // pastActiveDeadline reports whether pod, started on the node at start,
 // has run for its activeDeadlineSeconds at now.
 func pastActiveDeadline(pod *corev1.Pod, start, now time.Time) bool {
@@ -114,12 +100,11 @@ func pastActiveDeadline(pod *corev1.Pod, start, now time.Time) bool {
 	return d != nil && !start.IsZero() && now.Sub(start) >= time.Duration(*d)*time.Second
 }
 
-// end stops pod's containers for good (with grace) and records why: the
-// pod is Failed with reason and msg, and an event says so. Nothing of it
-// runs or is set up again; its volumes and sandbox go.
-func (w *Worker) end(ctx context.Context, pod *corev1.Pod, reason, eventType, msg string, grace time.Duration) {
+// end stops pod's containers for good (with grace) and records why, as
+// the pod's life already says (podEnded): an event, the Failed status.
+// Nothing of it runs or is set up again; its volumes and sandbox go.
+func (w *Worker) end(ctx context.Context, pod *corev1.Pod, eventType, reason, msg string, grace time.Duration) {
 	klog.InfoS("Ending a pod for good", "pod", klog.KObj(pod), "reason", reason, "message", msg)
-	w.evicted, w.endReason = msg, reason
 	w.host.Event(pod, eventType, reason, "%s", msg)
 	w.stopAll(pod, grace)
 	w.write(ctx, pod)

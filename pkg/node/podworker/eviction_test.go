@@ -77,7 +77,7 @@ func TestWorkerActiveDeadline(t *testing.T) {
 	if rt.last() == nil {
 		t.Fatal("nothing started")
 	}
-	w.sync(ctx, pod, now.Add(6*time.Second))
+	w.turn(ctx, pod, podEvent{kind: podSync}, now.Add(6*time.Second))
 	st := w.status(pod)
 	if st.Phase != corev1.PodFailed || st.Reason != ReasonDeadlineExceeded || st.Message != messageDeadlineExceeded {
 		t.Errorf("status %s %s %q, want Failed DeadlineExceeded", st.Phase, st.Reason, st.Message)

@@ -310,3 +310,27 @@ func mergeEnv(base, over []string) []string {
 	}
 	return out
 }
+
+// pullSecrets returns the pod's image pull secrets that can be read; one
+// that cannot is left out with an event, as the kubelet does.
+func (w *Worker) pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secret {
+	var out []corev1.Secret
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var s *corev1.Secret
+		err := errNoAPI
+		if w.node.Volumes != nil {
+			s, err = w.node.Volumes.Secret(ctx, pod.Namespace, ref.Name)
+		}
+		cancel()
+		if err != nil {
+			w.host.Event(pod, corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve image pull secret %s/%s; the image pull may not succeed: %v", pod.Namespace, ref.Name, err)
+			continue
+		}
+		out = append(out, *s)
+	}
+	return out
+}
+
+// errNoAPI is why a node without an API reads no Secret.
+var errNoAPI = errors.New("this node reads nothing from the API")

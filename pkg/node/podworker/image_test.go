@@ -171,7 +171,7 @@ func TestRunAsNonRootWithImage(t *testing.T) {
 				}
 				tc.image.layers = []string{layer}
 			}
-			err := securityConfig(pod, c, &cfg, tc.image)
+			err := securityConfig(pod, c, &cfg, tc.image, imageFiles(tc.image))
 			switch {
 			case tc.wantErr != "":
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, errConfig) {

@@ -167,6 +167,10 @@ const (
 	actKill
 	// actEvent records an event on the pod.
 	actEvent
+	// actPostStart runs the container's postStart hook on the run just
+	// started; a hook that fails stops the run, whose end (evExited) comes
+	// back.
+	actPostStart
 )
 
 // action is one thing the worker does for a transition, in order.
@@ -194,6 +198,8 @@ type lifecycle struct {
 	// sidecar: an init container with restartPolicy Always, which runs
 	// beside the regular containers, with probes, and is always restarted.
 	sidecar bool
+	// postStart: the container has a postStart hook, run after each start.
+	postStart bool
 
 	restarts int32
 	// startAttempts counts every attempt to start the container, failed
@@ -285,6 +291,10 @@ func transition(s lifecycle, ev event, now time.Time) (lifecycle, []action) {
 		acts := []action{recordEvent(corev1.EventTypeNormal, "Started", "Started container %s", s.name)}
 		if s.probed() {
 			acts = append(acts, action{kind: actStartProbes})
+		}
+		if s.postStart {
+			// As the kubelet: the pod's other containers wait for it.
+			acts = append(acts, action{kind: actPostStart})
 		}
 		return s, acts
 

@@ -40,6 +40,8 @@ func describe(a action) string {
 		return "stopProbes"
 	case actKill:
 		return "kill"
+	case actPostStart:
+		return "postStart"
 	case actEvent:
 		return fmt.Sprintf("%s %s: %s", a.eventType, a.reason, fmt.Sprintf(a.format, a.args...))
 	}
@@ -116,6 +118,12 @@ func lifecycleRows() []lifecycleRow {
 		{"a started container runs, counts the attempt, leaves its waiting reason and gets its probes",
 			in(phaseStarting, lifecycle{startAttempts: 1, waiting: crashLoop("10s")}), event{kind: evStarted},
 			in(phaseRunning, lifecycle{startAttempts: 2}), []string{"Normal Started: Started container c", "startProbes"}},
+		{"a container with a postStart hook runs it after its start, its probes already under way",
+			in(phaseStarting, lifecycle{postStart: true}), event{kind: evStarted},
+			in(phaseRunning, lifecycle{postStart: true, startAttempts: 1}), []string{"Normal Started: Started container c", "startProbes", "postStart"}},
+		{"a run adopted from a previous agent does not run its postStart hook again",
+			in(phaseNew, lifecycle{postStart: true}), event{kind: evLeftoverRunning, id: "runc://x"}, in(phaseRunning, lifecycle{postStart: true}),
+			[]string{"Normal Adopted: Container c (runc://x) left running by a previous node agent goes on", "startProbes"}},
 		{"a started init container has no probes",
 			initC(phaseStarting, c), event{kind: evStarted}, initC(phaseRunning, lifecycle{startAttempts: 1}),
 			[]string{"Normal Started: Started container c"}},

@@ -115,6 +115,19 @@ func (s resizeState) conditions() []corev1.PodCondition {
 // container, in place or by a restart as its resizePolicy says; one that
 // does not fit waits, Deferred or Infeasible. Each step has its event.
 func (w *Worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
+	w.allocateResize(pod)
+	if w.resizing.inProgress && w.actuateResize(ctx, pod, now) {
+		w.resizing = resizeState{generation: pod.Generation}
+		w.host.Event(pod, corev1.EventTypeNormal, ReasonResizeCompleted, "Pod resize completed: %s", resizeSummary(pod, ""))
+		klog.InfoS("Pod resize completed", "pod", klog.KObj(pod), "generation", pod.Generation)
+	}
+}
+
+// allocateResize decides a change of the regular containers' resources
+// in pod's spec (allocation.Resize): one that fits is allocated to them
+// (ResizeStarted, and in progress from then on), one that does not waits
+// (ResizeDeferred or ResizeInfeasible, once per reason and generation).
+func (w *Worker) allocateResize(pod *corev1.Pod) {
 	desired := map[string]*corev1.Container{}
 	for i := range pod.Spec.Containers {
 		desired[pod.Spec.Containers[i].Name] = &pod.Spec.Containers[i]
@@ -125,49 +138,52 @@ func (w *Worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			changed = true
 		}
 	}
-	if changed {
-		reason, message := allocation.Resize(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), w.node.Allocatable, w.host.Requested(pod.UID))
-		if reason != "" {
-			// Once per reason and generation, as the kubelet (the message's
-			// "used" changes as other pods come and go).
-			if w.resizing.pending != reason || w.resizing.generation != pod.Generation {
-				ev := ReasonResizeDeferred
-				if reason == corev1.PodReasonInfeasible {
-					ev = ReasonResizeInfeasible
-				}
-				w.host.Event(pod, corev1.EventTypeWarning, ev, "Pod resize %s: %s", reason, resizeSummary(pod, message))
-			}
-			w.resizing.pending, w.resizing.pendingMessage, w.resizing.generation = reason, message, pod.Generation
-		} else {
-			for _, c := range w.containers {
-				if d := desired[c.spec.Name]; d != nil && !c.init && !c.ephemeral {
-					c.spec.Resources = *d.Resources.DeepCopy()
-					c.spec.ResizePolicy = d.ResizePolicy
-				}
-			}
-			// Every regular container now has the pod's resources.
-			w.mu.Lock()
-			w.allocated = pod
-			w.mu.Unlock()
-			w.resizing = resizeState{inProgress: true, generation: pod.Generation}
-			w.host.Event(pod, corev1.EventTypeNormal, ReasonResizeStarted, "Pod resize started: %s", resizeSummary(pod, ""))
-			klog.InfoS("Pod resize started", "pod", klog.KObj(pod), "generation", pod.Generation)
-		}
-	} else {
+	if !changed {
 		w.resizing.pending, w.resizing.pendingMessage = "", ""
-	}
-	if !w.resizing.inProgress {
 		return
 	}
+	reason, message := allocation.Resize(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}), w.node.Allocatable, w.host.Requested(pod.UID))
+	if reason != "" {
+		// Once per reason and generation, as the kubelet (the message's
+		// "used" changes as other pods come and go).
+		if w.resizing.pending != reason || w.resizing.generation != pod.Generation {
+			ev := ReasonResizeDeferred
+			if reason == corev1.PodReasonInfeasible {
+				ev = ReasonResizeInfeasible
+			}
+			w.host.Event(pod, corev1.EventTypeWarning, ev, "Pod resize %s: %s", reason, resizeSummary(pod, message))
+		}
+		w.resizing.pending, w.resizing.pendingMessage, w.resizing.generation = reason, message, pod.Generation
+		return
+	}
+	for _, c := range w.containers {
+		if d := desired[c.spec.Name]; d != nil && !c.init && !c.ephemeral {
+			c.spec.Resources = *d.Resources.DeepCopy()
+			c.spec.ResizePolicy = d.ResizePolicy
+		}
+	}
+	// Every regular container now has the pod's resources.
+	w.mu.Lock()
+	w.allocated = pod
+	w.mu.Unlock()
+	w.resizing = resizeState{inProgress: true, generation: pod.Generation}
+	w.host.Event(pod, corev1.EventTypeNormal, ReasonResizeStarted, "Pod resize started: %s", resizeSummary(pod, ""))
+	klog.InfoS("Pod resize started", "pod", klog.KObj(pod), "generation", pod.Generation)
+}
+
+// actuateResize applies what is allocated to each running regular
+// container, in place (its cgroup) or by a restart as its resizePolicy
+// says (resizeAction), and reports whether every one has it. A container
+// not running gets it at its next run; only a restart for this resize
+// keeps it in progress (a container that crash-loops does not hold the
+// resize, as with the kubelet).
+func (w *Worker) actuateResize(ctx context.Context, pod *corev1.Pod, now time.Time) bool {
 	done := true
 	for _, c := range w.containers {
 		if c.init || c.ephemeral || c.phase == phaseTerminated {
 			continue
 		}
 		if c.phase != phaseRunning || c.run == nil || c.running == nil {
-			// Its next run has what was allocated; only a restart for the
-			// resize under way keeps it in progress (a container that
-			// crash-loops does not hold the resize, as with the kubelet).
 			if c.phase == phaseKilling || c.resizeRestart {
 				done = false
 			}
@@ -180,37 +196,42 @@ func (w *Worker) resize(ctx context.Context, pod *corev1.Pod, now time.Time) {
 			done = false
 			w.apply(ctx, pod, c, event{kind: evResizeRestart}, now)
 		case resizeUpdate:
-			r, ok := c.run.(runtime.Resizable)
-			if !ok {
-				// The process runtime applies no resources at all.
-				c.running = c.spec.Resources.DeepCopy()
-				continue
-			}
-			want := runtimeResources(c.spec.Resources)
-			err := memoryLimitAboveUse(c.run, want.MemoryLimit)
-			if err == nil {
-				err = r.Resize(ctx, want)
-			}
-			if err != nil {
+			if !w.resizeInPlace(ctx, pod, c) {
 				done = false
-				msg := fmt.Sprintf("container %s: %v", c.spec.Name, err)
-				if w.resizing.err != msg {
-					w.host.Event(pod, corev1.EventTypeWarning, ReasonResizeError, "Pod resize error: %s", resizeSummary(pod, msg))
-				}
-				w.resizing.err = msg
-				continue
-			}
-			c.running = c.spec.Resources.DeepCopy()
-			if c.runSpec != nil {
-				c.runSpec.Resources = want
 			}
 		}
 	}
-	if done {
-		w.resizing = resizeState{generation: pod.Generation}
-		w.host.Event(pod, corev1.EventTypeNormal, ReasonResizeCompleted, "Pod resize completed: %s", resizeSummary(pod, ""))
-		klog.InfoS("Pod resize completed", "pod", klog.KObj(pod), "generation", pod.Generation)
+	return done
+}
+
+// resizeInPlace changes running container c's cgroup to what it is
+// allocated, and reports whether it did; a failure is an event
+// (ResizeError, once per message) and is tried again at the next sync.
+func (w *Worker) resizeInPlace(ctx context.Context, pod *corev1.Pod, c *container) bool {
+	r, ok := c.run.(runtime.Resizable)
+	if !ok {
+		// The process runtime applies no resources at all.
+		c.running = c.spec.Resources.DeepCopy()
+		return true
 	}
+	want := runtimeResources(c.spec.Resources)
+	err := memoryLimitAboveUse(c.run, want.MemoryLimit)
+	if err == nil {
+		err = r.Resize(ctx, want)
+	}
+	if err != nil {
+		msg := fmt.Sprintf("container %s: %v", c.spec.Name, err)
+		if w.resizing.err != msg {
+			w.host.Event(pod, corev1.EventTypeWarning, ReasonResizeError, "Pod resize error: %s", resizeSummary(pod, msg))
+		}
+		w.resizing.err = msg
+		return false
+	}
+	c.running = c.spec.Resources.DeepCopy()
+	if c.runSpec != nil {
+		c.runSpec.Resources = want
+	}
+	return true
 }
 
 // memoryLimitAboveUse refuses a memory limit below what run uses now, as

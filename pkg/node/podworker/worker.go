@@ -2,13 +2,9 @@ package podworker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,10 +51,12 @@ type Worker struct {
 	wake chan struct{}
 	mu   sync.Mutex
 	pod  *corev1.Pod // the latest version the API (or the manifest) gave
-	gone bool        // deleted from the API
-	// retiring: a static pod whose manifest changed or went away stops with
-	// its grace period.
-	retiring bool
+	// asked, under mu, is the agent's most pressing request: the pod gone
+	// from the API, retired, or evicted (podSync for none).
+	asked podEvent
+	// life is the pod's state on the node (podTransition); only Run's
+	// goroutine touches it.
+	life podLife
 	// finished is closed when the worker has stopped its containers.
 	finished chan struct{}
 	// static pods run from a manifest; their status goes to the mirror pod.
@@ -71,15 +69,6 @@ type Worker struct {
 	// setupErr is the last error making the pod's sandbox, network or
 	// volumes, so that an event is sent once per reason.
 	setupErr string
-	// evicted is why the node evicted the pod ("" while it was not): its
-	// containers are stopped for good and it is Failed, Evicted.
-	evicted string
-	// endReason is the reason of that end: Evicted, or DeadlineExceeded
-	// for a pod past its activeDeadlineSeconds.
-	endReason string
-	// evictRequest, under mu, is why the eviction manager asks for the
-	// pod's eviction ("" for no request); the worker evicts at its next turn.
-	evictRequest string
 	// initialized: the pod's init containers that must end succeeded and its
 	// sidecars started, and a regular container ran; it stays so.
 	initialized bool
@@ -156,7 +145,7 @@ func newWorker(h Host, n *Node, pod *corev1.Pod, static bool) *Worker {
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		ic := &container{spec: c, lifecycle: lifecycle{name: c.Name, init: true, sidecar: podutil.IsRestartableInitContainer(&c),
+		ic := &container{spec: c, lifecycle: lifecycle{name: c.Name, init: true, sidecar: podutil.IsRestartableInitContainer(&c), postStart: hasPostStart(&c),
 			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
 			done: finishedForGood(pod, previous[c.Name], true)}}
 		if ic.sidecar {
@@ -175,7 +164,7 @@ func newWorker(h Host, n *Node, pod *corev1.Pod, static bool) *Worker {
 		}
 	}
 	for _, c := range w.allocated.Spec.Containers {
-		rc := &container{spec: c, lifecycle: lifecycle{name: c.Name,
+		rc := &container{spec: c, lifecycle: lifecycle{name: c.Name, postStart: hasPostStart(&c),
 			restarts: previous[c.Name].RestartCount, startAttempts: attempts[c.Name], livenessKills: kills[c.Name],
 			done: finishedForGood(pod, previous[c.Name], false)}}
 		rc.readiness, rc.liveness, rc.startup = newTrackers()
@@ -200,6 +189,11 @@ func newWorker(h Host, n *Node, pod *corev1.Pod, static bool) *Worker {
 		}
 	}
 	return w
+}
+
+// hasPostStart says whether c has a postStart hook.
+func hasPostStart(c *corev1.Container) bool {
+	return c.Lifecycle != nil && c.Lifecycle.PostStart != nil
 }
 
 // allStatuses are s's container statuses of every kind.
@@ -245,467 +239,11 @@ func finishedForGood(pod *corev1.Pod, s corev1.ContainerStatus, init bool) *core
 	return nil
 }
 
-// update gives the worker a newer version of its pod.
-func (w *Worker) Update(pod *corev1.Pod) {
-	w.mu.Lock()
-	w.pod = pod
-	w.mu.Unlock()
-	if pod.DeletionTimestamp != nil {
-		w.endHooks() // a postStart hook under way must not hold the deletion
-	}
-	w.Poke()
-}
-
-// retire stops the pod with its grace period; nothing is removed from the
-// API (a static pod's mirror is handled with the manifests).
-func (w *Worker) Retire() {
-	w.mu.Lock()
-	w.retiring = true
-	w.mu.Unlock()
-	w.endHooks()
-	w.endWrites()
-	w.Poke()
-}
-
-func (w *Worker) Delete() {
-	w.mu.Lock()
-	w.gone = true
-	w.mu.Unlock()
-	w.endHooks()
-	w.endWrites()
-	w.Poke()
-}
-
-// endWrites abandons a status write in flight: the pod stops now, and a
-// static pod's next version writes its own status.
-func (w *Worker) endWrites() {
-	if w.stopWrites != nil {
-		w.stopWrites()
-	}
-}
-
-func (w *Worker) Poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run drives the pod until it is deleted or ctx ends; it stops every
-// container before it returns.
-func (w *Worker) Run(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		w.mu.Lock()
-		pod, gone, retiring := w.pod, w.gone, w.retiring
-		w.mu.Unlock()
-		if gone {
-			w.stopAll(pod, 0)
-			w.teardownPod(context.WithoutCancel(ctx), pod)
-			return
-		}
-		if retiring {
-			w.stopAll(pod, gracePeriod(pod))
-			w.teardownPod(context.WithoutCancel(ctx), pod)
-			return
-		}
-		if ctx.Err() != nil {
-			if w.node.StopPodsOnExit {
-				w.stopAll(pod, gracePeriod(pod))
-				// Record the ends, so that the next agent knows which
-				// containers finished for good; best effort, briefly.
-				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				w.write(sctx, pod)
-				cancel()
-				if w.node.Runtime.Isolated() {
-					// The pod's addresses go back; the next agent makes new ones.
-					tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					w.teardownPod(tctx, pod)
-					cancel()
-				}
-				// The record stays: the next agent continues its counts
-				// and does not run again what finished for good.
-				w.node.Local.Forget(pod.UID)
-				w.recordLocal(pod)
-			}
-			return
-		}
-		if pod.DeletionTimestamp != nil {
-			w.terminate(ctx, pod)
-			return
-		}
-		w.mu.Lock()
-		request := w.evictRequest
-		w.mu.Unlock()
-		if request != "" && w.evicted == "" {
-			w.evict(ctx, pod, request)
-			continue
-		}
-		if w.evicted != "" {
-			// Terminal: nothing runs or is set up again until the pod is
-			// deleted (its controller makes another).
-			select {
-			case <-ctx.Done():
-			case <-w.wake:
-			}
-			continue
-		}
-		w.sync(ctx, pod, time.Now())
-		select {
-		case <-ctx.Done():
-		case <-w.wake:
-		case <-t.C:
-		}
-	}
-}
-
 func (w *Worker) podDir(pod *corev1.Pod) string {
 	return filepath.Join(w.node.RootDir, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
-}
-
-// logPath is where the current run of container c of pod logs to.
-func (w *Worker) logPath(pod *corev1.Pod, c *container) string {
-	return runLogPath(w.podDir(pod), c.spec.Name, c.restarts)
-}
-
-// pruneRunLogs removes the logs (and rotated logs) of container name's runs
-// before run-1: kubectl logs reads the current run and, with --previous,
-// the one before; a crash-looping container must not fill the disk with
-// the rest. The termination-log files of those runs go too.
-func pruneRunLogs(podDir, name string, run int32) {
-	entries, err := os.ReadDir(filepath.Join(podDir, name))
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		n := e.Name()
-		num := strings.TrimPrefix(n, "termination-log-")
-		if i := strings.Index(num, ".log"); i > 0 {
-			num = num[:i]
-		}
-		r, err := strconv.Atoi(num)
-		if err != nil || int32(r) >= run-1 {
-			continue
-		}
-		if strings.HasPrefix(n, "termination-log-") || strings.Contains(n, ".log") {
-			_ = os.Remove(filepath.Join(podDir, name, n))
-		}
-	}
-}
-
-// runLogPath is where run number run of container name logs to.
-func runLogPath(podDir, name string, run int32) string {
-	return filepath.Join(podDir, name, strconv.Itoa(int(run))+".log")
-}
-
-// sync brings the containers one step towards what the pod asks at time
-// now, then writes the status if it changed and keeps it in the local record.
-func (w *Worker) sync(ctx context.Context, pod *corev1.Pod, now time.Time) {
-	if err := w.setupPod(ctx, pod, now); err != nil {
-		w.podNotReady(ctx, pod, err, now)
-		w.write(ctx, pod)
-		w.recordLocal(pod)
-		return
-	}
-	start := w.startTime.Time
-	if pod.Status.StartTime != nil {
-		start = pod.Status.StartTime.Time // what the API shows
-	}
-	if !w.allEnded() && pastActiveDeadline(pod, start, now) {
-		w.end(ctx, pod, ReasonDeadlineExceeded, corev1.EventTypeNormal, messageDeadlineExceeded, gracePeriod(pod))
-		return
-	}
-	w.setupErr = ""
-	w.addEphemeral(pod)
-	w.resize(ctx, pod, now)
-	if now.Sub(w.storageAt) >= storageCheckPeriod {
-		w.storageAt = now
-		if msg := storageViolation(pod, w.storageUsage(pod)); msg != "" {
-			w.evict(ctx, pod, msg)
-			return
-		}
-	}
-	w.endSidecarsOfTerminal(ctx, pod, now)
-	// Init containers run one after the other: one that must end holds the
-	// rest back until it succeeded, a sidecar until it started. Once the
-	// pod was initialized, only its sidecars run again.
-	held := false
-	for _, c := range w.containers {
-		switch {
-		case c.sidecar:
-			if held || w.sidecarsEnded {
-				continue
-			}
-			w.step(ctx, pod, c, now)
-			held = !w.initialized && !w.sidecarStarted(c)
-		case c.init:
-			if held || w.initialized || c.done != nil && c.done.ExitCode == 0 {
-				continue
-			}
-			w.step(ctx, pod, c, now)
-			// One that has just completed lets the next start now.
-			held = c.done == nil || c.done.ExitCode != 0
-		case held:
-			w.apply(ctx, pod, c, event{kind: evInitPending}, now)
-		default:
-			w.initialized = true
-			w.step(ctx, pod, c, now)
-		}
-	}
-	w.endSidecarsOfTerminal(ctx, pod, now)
-	w.write(ctx, pod)
-	w.recordLocal(pod)
-}
-
-// allEnded reports whether every regular container of the pod ended for
-// good: the pod Succeeded or Failed, and its deadline no longer applies.
-func (w *Worker) allEnded() bool {
-	regular := 0
-	for _, c := range w.containers {
-		if c.init || c.ephemeral {
-			continue
-		}
-		regular++
-		if c.state() != stateTerminated {
-			return false
-		}
-	}
-	return regular > 0
-}
-
-// sidecarStarted reports whether sidecar c started: running, its postStart
-// hook done (it runs within the start) and its startup probe, if any, passed.
-func (w *Worker) sidecarStarted(c *container) bool {
-	return c.phase == phaseRunning && (c.spec.StartupProbe == nil || w.verdict(c, probe.Startup))
-}
-
-// terminal reports whether the pod ended for good: its regular containers
-// all ended for good, or an init container that must end failed and may not
-// run again. Its sidecars do not run then.
-func (w *Worker) terminal() bool {
-	if w.allEnded() {
-		return true
-	}
-	return slices.ContainsFunc(w.containers, func(c *container) bool {
-		return c.init && !c.sidecar && c.state() == stateTerminated && c.done.ExitCode != 0
-	})
-}
-
-// endSidecarsOfTerminal stops the pod's sidecars once the pod is terminal,
-// in reverse order, as the kubelet does: the pod is then Succeeded or
-// Failed by its other containers alone. A sidecar a previous agent left
-// running is adopted first, so that it is stopped too.
-func (w *Worker) endSidecarsOfTerminal(ctx context.Context, pod *corev1.Pod, now time.Time) {
-	if w.sidecarsEnded || !w.terminal() {
-		return
-	}
-	w.sidecarsEnded = true
-	var sidecars []*container
-	for _, c := range w.containers {
-		if !c.sidecar {
-			continue
-		}
-		if c.phase == phaseNew {
-			w.adopt(ctx, pod, c, now)
-		}
-		sidecars = append(sidecars, c)
-	}
-	if len(sidecars) > 0 {
-		klog.V(2).InfoS("Stopping the sidecars of a pod that ended", "pod", klog.KObj(pod), "sidecars", len(sidecars))
-		w.stopFor(pod, sidecars, gracePeriod(pod))
-	}
-}
-
-// podNotReady records why the pod's sandbox, network or volumes could not
-// be made: an event when the reason changes, and every container not yet
-// running waits with it (ContainerCreating, or CreateContainerConfigError for
-// a pod this node cannot run). Setup is tried again on the next sync.
-func (w *Worker) podNotReady(ctx context.Context, pod *corev1.Pod, err error, now time.Time) {
-	reason := ReasonContainerCreating
-	switch {
-	case errors.Is(err, errConfig):
-		reason = ReasonCreateContainerConfigError
-	case imageReason(err) != "":
-		// An image volume's image: its pull sent its own events.
-		reason = imageReason(err)
-		w.setupErr = err.Error()
-	}
-	if w.setupErr != err.Error() {
-		w.setupErr = err.Error()
-		eventReason := "FailedCreatePodSandBox"
-		if reason == ReasonCreateContainerConfigError {
-			eventReason = "Failed"
-		}
-		w.host.Event(pod, corev1.EventTypeWarning, eventReason, "%v", err)
-	}
-	for _, c := range w.containers {
-		w.apply(ctx, pod, c, event{kind: evSetupFailed, waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}}, now)
-	}
-}
-
-// step feeds container c what the worker observes of it at now: once, a run
-// a previous agent left; then the end of the current run, or a failed
-// liveness probe while it goes on; then a sync, which starts it when due.
-func (w *Worker) step(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	if c.phase == phaseNew {
-		w.adopt(ctx, pod, c, now)
-	}
-	if c.run != nil {
-		select {
-		case <-c.run.Done():
-			w.ended(ctx, pod, c, now)
-		default:
-			if c.probed() && c.phase == phaseRunning && !w.verdict(c, probe.Liveness) {
-				w.apply(ctx, pod, c, event{kind: evLivenessFailed}, now)
-			}
-			return
-		}
-	}
-	w.apply(ctx, pod, c, event{kind: evSync}, now)
-}
-
-// apply moves c through the transition of ev and does what it asks.
-func (w *Worker) apply(ctx context.Context, pod *corev1.Pod, c *container, ev event, now time.Time) {
-	var actions []action
-	c.lifecycle, actions = transition(c.lifecycle, ev, now)
-	for _, a := range actions {
-		switch a.kind {
-		case actEvent:
-			w.host.Event(pod, a.eventType, a.reason, a.format, a.args...)
-		case actStart:
-			w.start(ctx, pod, c, now)
-		case actStartProbes:
-			// The environment the run was made with (its ConfigMaps and
-			// Secrets read once); a run adopted with an environment that
-			// could not be made gets no probes.
-			if c.runSpec != nil && c.runSpec.Env != nil {
-				w.startProbes(ctx, pod, c, c.runSpec.Env)
-			}
-		case actStopProbes:
-			w.stopProbes(c)
-		case actKill:
-			// Stopping (the preStop hook included) takes up to the grace
-			// period; the end wakes the worker, which restarts the
-			// container then.
-			stop, deadline := w.stopperOf(pod, c, true), now.Add(killGrace(pod, c))
-			go func() {
-				stop.stop(deadline, true, nil)
-				w.Poke()
-			}()
-		}
-	}
-}
-
-// start asks the runtime for a run of c and feeds its answer back.
-func (w *Worker) start(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	img, err := w.image(ctx, pod, c)
-	var env []string
-	var expand func(string) string
-	if err == nil {
-		env, expand, err = w.env(ctx, pod, c, img)
-	}
-	var cfg *runtime.ContainerConfig
-	if err == nil {
-		cfg, err = w.containerConfig(pod, c, env, expand, img)
-	}
-	if err != nil {
-		w.apply(ctx, pod, c, event{kind: evStartFailed, err: err}, now)
-		return
-	}
-	pruneRunLogs(w.podDir(pod), c.spec.Name, c.restarts)
-	run, err := w.node.Runtime.Start(ctx, cfg)
-	if err != nil {
-		w.apply(ctx, pod, c, event{kind: evStartFailed, err: err, attempted: true}, now)
-		return
-	}
-	c.run, c.runSpec, c.image = run, cfg, img
-	c.running = c.spec.Resources.DeepCopy()
-	w.apply(ctx, pod, c, event{kind: evStarted}, now)
-	w.postStart(ctx, pod, c)
-}
-
-// adopt looks for the run of c a previous agent left: still running, it
-// goes on (no restart); ended while no agent watched, its end is counted
-// once.
-func (w *Worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	cfg := w.containerRef(pod, c)
-	run, ok := w.node.Runtime.Adopt(cfg)
-	ev := event{kind: evNoLeftover}
-	if ok {
-		select {
-		case <-run.Done():
-			if run.Exit().Run >= c.restarts { // else an end the previous agent counted already
-				ev = event{kind: evLeftoverEnded}
-			}
-		default:
-			ev = event{kind: evLeftoverRunning, id: run.ID()}
-		}
-	}
-	if ev.kind != evNoLeftover {
-		c.run, c.runSpec, c.running = run, cfg, c.spec.Resources.DeepCopy()
-		if !w.hostRoot(pod) && w.node.Images != nil {
-			c.image, _ = w.node.Images.present(&c.spec)
-		}
-		cfg.LogPath, cfg.WorkingDir = w.logPath(pod, c), c.spec.WorkingDir
-		if env, _, err := w.env(ctx, pod, c, c.image); err == nil && c.probed() {
-			cfg.Env = env
-		}
-	}
-	w.apply(ctx, pod, c, ev, now)
-}
-
-// ended reads how c's run ended and feeds it to the lifecycle, which
-// decides whether and when it runs again.
-func (w *Worker) ended(ctx context.Context, pod *corev1.Pod, c *container, now time.Time) {
-	term := w.terminated(pod, c)
-	c.run = nil
-	w.apply(ctx, pod, c, event{kind: evExited, term: term, pod: pod}, now)
-}
-
-// terminated is how c's run ended, as the Pod API shows it: the exit, and
-// the container's termination message (or, without one, the runtime's).
-func (w *Worker) terminated(pod *corev1.Pod, c *container) *corev1.ContainerStateTerminated {
-	exit := c.run.Exit()
-	msgPath := c.spec.TerminationMessagePath
-	if w.node.Runtime.Isolated() {
-		msgPath = terminationLogPath(c.runSpec.Dir, exit.Run)
-	}
-	message := terminationMessage(&c.spec, msgPath, w.logPath(pod, c), exit.ExitCode)
-	if message == "" {
-		message = exit.Message
-	}
-	if w.node.Runtime.Isolated() {
-		_ = os.Remove(msgPath)
-	}
-	return terminatedState(c.run.ID(), exit, message)
 }
 
 // podKey is pod's namespace/name.
 func podKey(pod *corev1.Pod) string {
 	return types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}.String()
 }
-
-// pullSecrets returns the pod's image pull secrets that can be read; one
-// that cannot is left out with an event, as the kubelet does.
-func (w *Worker) pullSecrets(ctx context.Context, pod *corev1.Pod) []corev1.Secret {
-	var out []corev1.Secret
-	for _, ref := range pod.Spec.ImagePullSecrets {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var s *corev1.Secret
-		err := errNoAPI
-		if w.node.Volumes != nil {
-			s, err = w.node.Volumes.Secret(ctx, pod.Namespace, ref.Name)
-		}
-		cancel()
-		if err != nil {
-			w.host.Event(pod, corev1.EventTypeWarning, "FailedToRetrieveImagePullSecret", "Unable to retrieve image pull secret %s/%s; the image pull may not succeed: %v", pod.Namespace, ref.Name, err)
-			continue
-		}
-		out = append(out, *s)
-	}
-	return out
-}
-
-// errNoAPI is why a node without an API reads no Secret.
-var errNoAPI = errors.New("this node reads nothing from the API")

@@ -199,11 +199,11 @@ func (w *Worker) status(pod *corev1.Pod) corev1.PodStatus {
 	}
 	s.Conditions = append(owned, conditions...)
 	s.Message, s.Reason = "", ""
-	if w.evicted != "" {
-		s.Phase, s.Reason, s.Message = corev1.PodFailed, w.endReason, w.evicted
-		if w.endReason == ReasonEvicted && !slices.ContainsFunc(s.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget }) {
+	if l := w.life; l.state == podEnded {
+		s.Phase, s.Reason, s.Message = corev1.PodFailed, l.reason, l.message
+		if l.reason == ReasonEvicted && !slices.ContainsFunc(s.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget }) {
 			s.Conditions = append(s.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-				Reason: "TerminationByKubelet", Message: w.evicted, LastTransitionTime: metav1.Now()})
+				Reason: "TerminationByKubelet", Message: l.message, LastTransitionTime: metav1.Now()})
 		}
 	}
 	s.ObservedGeneration = pod.Generation

@@ -30,15 +30,15 @@ func (w *Worker) hookRunner(pod *corev1.Pod, c *container, h *corev1.LifecycleHa
 	}
 }
 
-// postStart runs c's postStart hook, if it has one, on the run just started,
-// as the kubelet does: the pod's other containers wait for it (a sidecar's
-// hook holds the next init container back), the pod's deletion ends it, and
-// a hook that fails is an event (FailedPostStartHook) and stops the run, which
-// restarts as the restart policy says.
-func (w *Worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) {
+// postStart runs c's postStart hook on the run just started, as the
+// kubelet does: the pod's other containers wait for it (a sidecar's hook
+// holds the next init container back), the pod's deletion ends it, and a
+// hook that fails is an event (FailedPostStartHook) and stops the run,
+// whose end it answers with (the restart policy decides what follows).
+func (w *Worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) (event, bool) {
 	lc := c.spec.Lifecycle
 	if lc == nil || lc.PostStart == nil || c.run == nil {
-		return
+		return event{}, false
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -49,12 +49,12 @@ func (w *Worker) postStart(ctx context.Context, pod *corev1.Pod, c *container) {
 	if err == nil || hctx.Err() != nil {
 		// Cut short by the pod's deletion, which stops the run, or by the
 		// agent's stop, after which the run goes on for the next agent.
-		return
+		return event{}, false
 	}
 	klog.InfoS("PostStart hook failed; stopping the container", "pod", klog.KObj(pod), "container", c.spec.Name, "err", err)
 	hookFailures.WithLabelValues("postStart").Inc()
 	w.host.Event(pod, corev1.EventTypeWarning, "FailedPostStartHook", "%s", msg)
 	w.host.Event(pod, corev1.EventTypeNormal, "Killing", "Container %s failed its postStart hook, will be stopped", c.spec.Name)
 	w.stopperOf(pod, c, true).stop(time.Now().Add(gracePeriod(pod)), true, nil)
-	w.ended(ctx, pod, c, time.Now())
+	return w.exited(pod, c), true
 }

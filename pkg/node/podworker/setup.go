@@ -11,12 +11,11 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/kubelet/qos"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/node/images"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/volume"
 )
@@ -223,82 +222,30 @@ func hostsFile(pod *corev1.Pod, ips []string, names podNames, nodeHosts []byte) 
 	return []byte(b.String())
 }
 
-// containerConfig returns run number run of container c as the runtime
-// runs it, or an error (errConfig for one this node cannot run).
-// img is the container's image, nil for a host root; expand expands $(VAR)
-// in its command and args.
+// containerConfig returns the current run of container c as the runtime
+// runs it (buildRun, from what the worker knows of the pod and the node),
+// or an error (errConfig for one this node cannot run). img is the
+// container's image, nil for a host root; expand expands $(VAR) in its
+// command and args. Once built, the image's layers are leased for the run
+// and its termination-log file made.
 func (w *Worker) containerConfig(pod *corev1.Pod, c *container, env []string, expand func(string) string, img *pulledImage) (*runtime.ContainerConfig, error) {
-	rt := w.node.Runtime
-	spec := &c.spec
-	var imgCfg v1.Config
-	if img == nil {
-		if err := checkForRuntime(pod, spec, rt.Isolated()); err != nil {
-			return nil, err
-		}
-	} else {
-		imgCfg = img.config.Config
-	}
-	var err error
-	cfg := w.containerRef(pod, c)
-	dir := cfg.Dir
-	cfg.Sandbox, cfg.Hostname, cfg.Env, cfg.WorkingDir = w.setup.sandbox, w.names(pod).kernel, env, spec.WorkingDir
-	if cfg.WorkingDir == "" {
-		cfg.WorkingDir = imgCfg.WorkingDir
-	}
-	cfg.Argv = imageArgv(spec, imgCfg, expand)
-	if len(cfg.Argv) == 0 {
-		return nil, fmt.Errorf("%w: container %s: no command specified, by the container or its image", errConfig, spec.Name)
-	}
-	cfg.LogPath, cfg.DieWithAgent = w.logPath(pod, c), w.node.StopPodsOnExit
-	if !rt.Isolated() {
-		return cfg, nil
-	}
-	cfg.Stdin, cfg.StdinOnce, cfg.TTY = spec.Stdin, spec.StdinOnce, spec.TTY
+	f := runFacts{ref: w.containerRef(pod, c), env: env, expand: expand, image: img, sandbox: w.setup.sandbox, hostname: w.names(pod).kernel,
+		hostFiles: w.setup.hostFiles, logPath: w.logPath(pod, c), node: w.nodeFacts(),
+		mounts: func(c *corev1.Container) ([]runtime.Mount, error) {
+			return w.setup.volumes.Mounts(c, w.node.Runtime.Isolated())
+		},
+		readImageFile: imageFiles(img), stat: os.Stat}
 	if c.target != "" {
-		// kubectl debug --target: the ephemeral container sees the
-		// target's processes.
-		i := slices.IndexFunc(w.containers, func(t *container) bool { return t.spec.Name == c.target && !t.ephemeral })
-		if i < 0 || w.containers[i].run == nil {
-			return nil, fmt.Errorf("target container %q is not running", c.target)
+		f.targetName = c.target
+		if i := slices.IndexFunc(w.containers, func(t *container) bool { return t.spec.Name == c.target && !t.ephemeral }); i >= 0 {
+			f.target = w.containers[i].run
 		}
-		ns, ok := w.containers[i].run.(runtime.PIDNamespaced)
-		if !ok {
-			return nil, fmt.Errorf("%w: the runtime cannot share the PID namespace of target container %q", errConfig, c.target)
-		}
-		cfg.PIDNamespace = ns.PIDNamespace()
 	}
-	if err := securityConfig(pod, spec, cfg, img); err != nil {
-		return nil, err
+	cfg, err := buildRun(pod, &c.spec, f)
+	if err != nil || !w.node.Runtime.Isolated() {
+		return cfg, err
 	}
-	if err := checkUnsupported(pod, spec, appArmorEnabled()); err != nil {
-		return nil, err
-	}
-	if cfg.Seccomp, err = seccompProfile(pod, spec, w.node.SeccompDefault, filepath.Join(w.node.RootDir, "seccomp")); err != nil {
-		return nil, err
-	}
-	if cfg.Sysctls, err = podSysctls(pod); err != nil {
-		return nil, err
-	}
-	cfg.Resources = runtimeResources(spec.Resources)
-	cfg.PidsLimit = w.node.PodPidsLimit
-	memory := w.node.Allocatable[corev1.ResourceMemory]
-	cfg.OOMScoreAdj = qos.GetContainerOOMScoreAdjust(pod, spec, memory.Value())
-	withSubPaths, err := withSubPathExprs(spec, env)
-	if err != nil {
-		return nil, err
-	}
-	mounts, err := w.setup.volumes.Mounts(withSubPaths, w.node.Runtime.Isolated())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errConfig, err)
-	}
-	if img == nil {
-		for _, m := range mounts {
-			if err := checkMountPoint(m); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		cfg.Rootfs = &runtime.Rootfs{Layers: img.layers}
+	if img != nil {
 		// The layers stay while the container stacks them, even if the
 		// image is removed meanwhile.
 		if err := w.node.Images.store.Lease(cfg.ID, img.Image); err != nil {
@@ -312,17 +259,29 @@ func (w *Worker) containerConfig(pod *corev1.Pod, c *container, env []string, ex
 			}
 		}
 	}
-	cfg.Mounts = append(append([]runtime.Mount{}, w.setup.hostFiles...), mounts...)
-	if p := spec.TerminationMessagePath; p != "" {
+	if c.spec.TerminationMessagePath != "" {
 		// A fresh file each run: a message never outlives its run.
-		msg := terminationLogPath(dir, c.restarts)
-		if err := freshFile(msg); err != nil {
+		if err := freshFile(terminationLogPath(cfg.Dir, c.restarts)); err != nil {
 			return nil, err
 		}
-		cfg.Mounts = append(cfg.Mounts, runtime.Mount{Source: msg, Destination: p})
 	}
-	confineMounts(cfg.Mounts)
 	return cfg, nil
+}
+
+// nodeFacts are the node's settings every run is built with.
+func (w *Worker) nodeFacts() nodeFacts {
+	memory := w.node.Allocatable[corev1.ResourceMemory]
+	return nodeFacts{isolated: w.node.Runtime.Isolated(), stopPodsOnExit: w.node.StopPodsOnExit, seccompDefault: w.node.SeccompDefault,
+		appArmor: appArmorEnabled(), seccompDir: filepath.Join(w.node.RootDir, "seccomp"), pidsLimit: w.node.PodPidsLimit, memory: memory.Value()}
+}
+
+// imageFiles reads the files of img's layers as the container sees them;
+// nil for a host root.
+func imageFiles(img *pulledImage) func(string) ([]byte, error) {
+	if img == nil {
+		return nil
+	}
+	return func(p string) ([]byte, error) { return images.ReadFile(img.layers, p) }
 }
 
 // confineMounts makes every mount's destination an absolute path without
