@@ -2,12 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,18 +28,16 @@ func (f *imagesStoreFlags) open() (*images.Store, error) {
 	return images.Open(dir)
 }
 
-// withStore opens the store for a subcommand's run.
-func (f *imagesStoreFlags) withStore(run func(cmd *cobra.Command, args []string, s *images.Store) error) func(*cobra.Command, []string) error {
+// withStore runs a subcommand on the store's commands.
+func (f *imagesStoreFlags) withStore(run func(c images.Commands, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		s, err := f.open()
 		if err != nil {
 			return err
 		}
-		return run(cmd, args, s)
+		return run(images.Commands{Store: s, RegistriesFile: filepath.Join(f.dataDir, "registries.yaml"), Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}, args)
 	}
 }
-
-func unpackOptions() images.UnpackOptions { return images.UnpackOptions{Rootless: os.Geteuid() != 0} }
 
 func newImagesCommand() *cobra.Command {
 	var f imagesStoreFlags
@@ -66,106 +59,27 @@ or drop them into <data-dir>/images/, which 'up' imports at every start.`,
 		Use:   "import ARCHIVE...",
 		Short: "Import images from docker-save or OCI archives",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
-			for _, a := range args {
-				start := time.Now()
-				fmt.Fprintf(cmd.ErrOrStderr(), "importing %s ...\n", a)
-				imgs, err := s.Import(a, unpackOptions())
-				if err != nil {
-					return err
-				}
-				for _, img := range imgs {
-					fmt.Fprintf(cmd.OutOrStdout(), "imported %s %s (%s)\n", shortID(img.ID), strings.Join(img.Names, ", "), time.Since(start).Round(time.Millisecond))
-				}
-			}
-			return nil
-		}),
+		RunE:  f.withStore(func(c images.Commands, args []string) error { return c.Import(args) }),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "pull REFERENCE",
 		Short: "Pull an image from its registry or its mirrors in <data-dir>/registries.yaml (plain HTTP only to loopback registries and http:// mirrors)",
 		Args:  cobra.ExactArgs(1),
-		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
-			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
-			regs, err := images.LoadRegistries(filepath.Join(f.dataDir, "registries.yaml"))
-			if err != nil {
-				return err
-			}
-			p := &images.Puller{Store: s, Registries: regs, Unpack: unpackOptions()}
-			img, err := p.Pull(context.Background(), args[0], nil)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pulled %s %s\n", shortID(img.ID), strings.Join(img.RepoDigests, ", "))
-			return nil
-		}),
+		RunE:  f.withStore(func(c images.Commands, args []string) error { return c.Pull(context.Background(), args[0]) }),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the images in the store",
 		Args:    cobra.NoArgs,
-		RunE: f.withStore(func(cmd *cobra.Command, _ []string, s *images.Store) error {
-			imgs, err := s.List()
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "IMAGE\tID\tSIZE\tLAST USED")
-			for _, img := range imgs {
-				names := img.Names
-				if len(names) == 0 {
-					names = img.RepoDigests
-				}
-				if len(names) == 0 {
-					names = []string{"<none>"}
-				}
-				used := "never"
-				if !img.LastUsed.IsZero() {
-					used = img.LastUsed.Local().Format(time.DateTime)
-				}
-				for _, n := range names {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, shortID(img.ID), humanBytes(img.Size), used)
-				}
-			}
-			return tw.Flush()
-		}),
+		RunE:    f.withStore(func(c images.Commands, _ []string) error { return c.List() }),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "rm REFERENCE...",
 		Aliases: []string{"remove"},
 		Short:   "Remove images (a name, a digest or an image ID); layers a running container uses stay until it ends",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: f.withStore(func(cmd *cobra.Command, args []string, s *images.Store) error {
-			for _, a := range args {
-				img, err := s.Remove(a)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", a, shortID(img.ID))
-			}
-			return nil
-		}),
+		RunE:    f.withStore(func(c images.Commands, args []string) error { return c.Remove(args) }),
 	})
 	return cmd
-}
-
-func shortID(id string) string {
-	id = strings.TrimPrefix(id, "sha256:")
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%dB", n)
 }

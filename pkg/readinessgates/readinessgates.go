@@ -127,6 +127,21 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	reg := prometheus.NewRegistry()
 	conditionctl.RegisterMetrics(reg)
 	metricsserver.Start(ctx, o.MetricsAddress, reg, errs)
+	if err := runGate(ctx, client, o, dataPath, errs); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+// runGate runs the controller of the load-balancer gate in the
+// background, while this process holds the Lease when o names an
+// identity; errs gets why it stopped.
+func runGate(ctx context.Context, client kubernetes.Interface, o Options, dataPath *lbgate.DataPathCheck, errs chan<- error) error {
 	httpClient := lbgate.HTTPClient()
 	ctl := &conditionctl.Controller{
 		Client: client, ConditionType: lbgate.ConditionType, Interval: o.CheckInterval,
@@ -140,20 +155,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if o.Identity == "" {
 		go func() { errs <- ctl.Run(ctx) }()
-	} else {
-		lock, err := leader.Lease(client, metav1.NamespaceSystem, LeaseName, o.Identity)
-		if err != nil {
-			return err
-		}
-		log := slog.New(logr.ToSlogHandler(klog.Background()))
-		go func() { errs <- leader.Run(ctx, lock, log, ctl.Run, nil) }()
-	}
-	select {
-	case <-ctx.Done():
 		return nil
-	case err := <-errs:
+	}
+	lock, err := leader.Lease(client, metav1.NamespaceSystem, LeaseName, o.Identity)
+	if err != nil {
 		return err
 	}
+	log := slog.New(logr.ToSlogHandler(klog.Background()))
+	go func() { errs <- leader.Run(ctx, lock, log, ctl.Run, nil) }()
+	return nil
 }
 
 // waitServing waits until this process's webhook answers /healthz on addr

@@ -201,7 +201,25 @@ func Objects(c Config) ([]any, error) {
 		cm.Data["kubeconfig"] = kc
 	}
 	sum := sha256.Sum256([]byte(cm.Data["Corefile"] + cm.Data["kubeconfig"]))
-	corefileHash := hex.EncodeToString(sum[:8])
+	deploy := deployment(c, labels, selector, hex.EncodeToString(sum[:8]))
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace,
+			Labels:      map[string]string{"k8s-app": AppLabel, "kubernetes.io/name": "CoreDNS", "app.kubernetes.io/managed-by": "steadyplane"},
+			Annotations: map[string]string{"prometheus.io/port": fmt.Sprint(MetricsPort), "prometheus.io/scrape": "true", DomainAnnotation: c.Domain}},
+		Spec: corev1.ServiceSpec{
+			Selector: selector, ClusterIP: c.ServiceIP,
+			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt(53)},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(53)},
+				{Name: "metrics", Port: MetricsPort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(MetricsPort)}},
+		},
+	}
+	return []any{sa, role, binding, cm, deploy, svc}, nil
+}
+
+// deployment is CoreDNS's Deployment: one pod at a time, rolled when its
+// Corefile changes (corefileHash), from the image of the steadyplane binary
+// on the node, with the probes and the confinement of kubeadm's add-on.
+func deployment(c Config, labels, selector map[string]string, corefileHash string) *appsv1.Deployment {
 	probe := func(path string, port int) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(port), Scheme: corev1.URISchemeHTTP}}}
 	}
@@ -209,7 +227,7 @@ func Objects(c Config) ([]any, error) {
 	liveness.InitialDelaySeconds, liveness.TimeoutSeconds, liveness.FailureThreshold = 60, 5, 5
 	readiness := probe("/ready", ReadyPort)
 	readiness.PeriodSeconds = 1
-	deploy := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+	return &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
@@ -252,16 +270,4 @@ func Objects(c Config) ([]any, error) {
 			},
 		},
 	}
-	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: Namespace,
-			Labels:      map[string]string{"k8s-app": AppLabel, "kubernetes.io/name": "CoreDNS", "app.kubernetes.io/managed-by": "steadyplane"},
-			Annotations: map[string]string{"prometheus.io/port": fmt.Sprint(MetricsPort), "prometheus.io/scrape": "true", DomainAnnotation: c.Domain}},
-		Spec: corev1.ServiceSpec{
-			Selector: selector, ClusterIP: c.ServiceIP,
-			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt(53)},
-				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(53)},
-				{Name: "metrics", Port: MetricsPort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt(MetricsPort)}},
-		},
-	}
-	return []any{sa, role, binding, cm, deploy, svc}, nil
 }

@@ -41,138 +41,202 @@ type UnpackOptions struct {
 // followed out of it (owners, modes and times are set on the link itself).
 // It returns the bytes of file content written.
 func Unpack(dir string, r io.Reader, o UnpackOptions) (int64, error) {
-	tr := tar.NewReader(r)
-	var size int64
-	type dirTimes struct {
-		path         string
-		atime, mtime time.Time
-	}
-	var dirs []dirTimes
+	u := &unpacker{dir: dir, tr: tar.NewReader(r), o: o}
 	for {
-		hdr, err := tr.Next()
+		hdr, err := u.tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return size, fmt.Errorf("reading the layer: %w", err)
+			return u.size, fmt.Errorf("reading the layer: %w", err)
 		}
-		name := path.Clean("/" + hdr.Name)
-		if name == "/" {
-			continue // the root is dir itself; its attributes are ours
-		}
-		parent, base := path.Split(name)
-		parentPath, err := confinedDir(dir, parent)
-		if err != nil {
-			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-		}
-		target := filepath.Join(parentPath, base)
-
-		switch {
-		case base == whiteoutOpaque:
-			if o.Rootless {
-				return size, fmt.Errorf("layer entry %q: an opaque directory needs root to unpack", hdr.Name)
-			}
-			if err := unix.Lsetxattr(parentPath, overlayOpaque, []byte("y"), 0); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			continue
-		case strings.HasPrefix(base, whiteoutPrefix):
-			if o.Rootless {
-				return size, fmt.Errorf("layer entry %q: a whiteout needs root to unpack", hdr.Name)
-			}
-			hidden := filepath.Join(parentPath, strings.TrimPrefix(base, whiteoutPrefix))
-			if err := removeExisting(hidden, false); err != nil {
-				return size, err
-			}
-			if err := unix.Mknod(hidden, unix.S_IFCHR, 0); err != nil {
-				return size, fmt.Errorf("layer entry %q: whiteout: %w", hdr.Name, err)
-			}
-			continue
-		}
-
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if st, err := os.Lstat(target); err == nil && st.IsDir() {
-				break
-			}
-			if err := removeExisting(target, false); err != nil {
-				return size, err
-			}
-			if err := os.Mkdir(target, 0o700); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA is what old tars write
-			if err := removeExisting(target, true); err != nil {
-				return size, err
-			}
-			n, err := writeRegular(target, tr)
-			size += n
-			if err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink:
-			// The link's target is read inside the container's root, never
-			// followed here.
-			if err := removeExisting(target, true); err != nil {
-				return size, err
-			}
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeLink:
-			src, err := securejoin.SecureJoin(dir, path.Clean("/"+hdr.Linkname))
-			if err != nil {
-				return size, fmt.Errorf("layer entry %q: hard link to %q: %w", hdr.Name, hdr.Linkname, err)
-			}
-			if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
-				return size, fmt.Errorf("layer entry %q: hard link to %q, which is not a file of this layer", hdr.Name, hdr.Linkname)
-			}
-			if err := removeExisting(target, true); err != nil {
-				return size, err
-			}
-			if err := os.Link(src, target); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			continue // the file it links to carries the attributes
-		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-			if o.Rootless && hdr.Typeflag != tar.TypeFifo {
-				continue // a device node needs root; rootless unpacking leaves it out
-			}
-			if err := removeExisting(target, true); err != nil {
-				return size, err
-			}
-			mode := uint32(hdr.Mode & 0o7777)
-			switch hdr.Typeflag {
-			case tar.TypeChar:
-				mode |= unix.S_IFCHR
-			case tar.TypeBlock:
-				mode |= unix.S_IFBLK
-			default:
-				mode |= unix.S_IFIFO
-			}
-			if err := unix.Mknod(target, mode, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-		default:
-			continue // global headers and other metadata-only entries
-		}
-
-		if err := applyAttributes(target, hdr, o); err != nil {
-			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-		}
-		if hdr.Typeflag == tar.TypeDir {
-			dirs = append(dirs, dirTimes{target, hdr.AccessTime, hdr.ModTime})
-		} else if err := setTimes(target, hdr.AccessTime, hdr.ModTime); err != nil {
-			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+		if err := u.entry(hdr); err != nil {
+			return u.size, err
 		}
 	}
 	// A directory's time changes with every entry made in it: set them last.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := setTimes(dirs[i].path, dirs[i].atime, dirs[i].mtime); err != nil {
-			return size, err
+	for i := len(u.dirs) - 1; i >= 0; i-- {
+		if err := setTimes(u.dirs[i].path, u.dirs[i].atime, u.dirs[i].mtime); err != nil {
+			return u.size, err
 		}
 	}
-	return size, nil
+	return u.size, nil
+}
+
+// unpacker is one Unpack under way.
+type unpacker struct {
+	dir string
+	tr  *tar.Reader
+	o   UnpackOptions
+	// size is the bytes of file content written so far.
+	size int64
+	// dirs are the directories made, whose times are set at the end.
+	dirs []dirTimes
+}
+
+// dirTimes are a directory's times as its layer entry gives them.
+type dirTimes struct {
+	path         string
+	atime, mtime time.Time
+}
+
+// entry unpacks one layer entry, by its kind: a whiteout, or what its
+// type makes (entryKinds), then the attributes and times of what it made.
+func (u *unpacker) entry(hdr *tar.Header) error {
+	name := path.Clean("/" + hdr.Name)
+	if name == "/" {
+		return nil // the root is dir itself; its attributes are ours
+	}
+	parent, base := path.Split(name)
+	parentPath, err := confinedDir(u.dir, parent)
+	if err != nil {
+		return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	switch {
+	case base == whiteoutOpaque:
+		return u.opaque(hdr, parentPath)
+	case strings.HasPrefix(base, whiteoutPrefix):
+		return u.whiteout(hdr, filepath.Join(parentPath, strings.TrimPrefix(base, whiteoutPrefix)))
+	}
+	target := filepath.Join(parentPath, base)
+	makeEntry, ok := entryKinds[hdr.Typeflag]
+	if !ok {
+		return nil // global headers and other metadata-only entries
+	}
+	done, err := makeEntry(u, hdr, target)
+	if err != nil || done {
+		return err
+	}
+	if err := applyAttributes(target, hdr, u.o); err != nil {
+		return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	if hdr.Typeflag == tar.TypeDir {
+		u.dirs = append(u.dirs, dirTimes{target, hdr.AccessTime, hdr.ModTime})
+	} else if err := setTimes(target, hdr.AccessTime, hdr.ModTime); err != nil {
+		return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// entryKinds make what a layer entry of each type is at target; done says
+// that nothing more is to be set on it (a hard link, whose file carries
+// the attributes; a device node left out of a rootless unpacking).
+var entryKinds = map[byte]func(u *unpacker, hdr *tar.Header, target string) (done bool, err error){
+	tar.TypeDir:     (*unpacker).directory,
+	tar.TypeReg:     (*unpacker).regular,
+	tar.TypeRegA:    (*unpacker).regular, //nolint:staticcheck // TypeRegA is what old tars write
+	tar.TypeSymlink: (*unpacker).symlink,
+	tar.TypeLink:    (*unpacker).hardLink,
+	tar.TypeChar:    (*unpacker).device,
+	tar.TypeBlock:   (*unpacker).device,
+	tar.TypeFifo:    (*unpacker).device,
+}
+
+// opaque marks the parent directory opaque: it hides the lower layers'
+// content of the same directory.
+func (u *unpacker) opaque(hdr *tar.Header, parentPath string) error {
+	if u.o.Rootless {
+		return fmt.Errorf("layer entry %q: an opaque directory needs root to unpack", hdr.Name)
+	}
+	if err := unix.Lsetxattr(parentPath, overlayOpaque, []byte("y"), 0); err != nil {
+		return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// whiteout hides the path of the lower layers a deleted entry names.
+func (u *unpacker) whiteout(hdr *tar.Header, hidden string) error {
+	if u.o.Rootless {
+		return fmt.Errorf("layer entry %q: a whiteout needs root to unpack", hdr.Name)
+	}
+	if err := removeExisting(hidden, false); err != nil {
+		return err
+	}
+	if err := unix.Mknod(hidden, unix.S_IFCHR, 0); err != nil {
+		return fmt.Errorf("layer entry %q: whiteout: %w", hdr.Name, err)
+	}
+	return nil
+}
+
+// directory makes a directory, or keeps the one there.
+func (u *unpacker) directory(hdr *tar.Header, target string) (bool, error) {
+	if st, err := os.Lstat(target); err == nil && st.IsDir() {
+		return false, nil
+	}
+	if err := removeExisting(target, false); err != nil {
+		return false, err
+	}
+	if err := os.Mkdir(target, 0o700); err != nil {
+		return false, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return false, nil
+}
+
+// regular writes a file's content.
+func (u *unpacker) regular(hdr *tar.Header, target string) (bool, error) {
+	if err := removeExisting(target, true); err != nil {
+		return false, err
+	}
+	n, err := writeRegular(target, u.tr)
+	u.size += n
+	if err != nil {
+		return false, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return false, nil
+}
+
+// symlink makes a symbolic link: its target is read inside the
+// container's root, never followed here.
+func (u *unpacker) symlink(hdr *tar.Header, target string) (bool, error) {
+	if err := removeExisting(target, true); err != nil {
+		return false, err
+	}
+	if err := os.Symlink(hdr.Linkname, target); err != nil {
+		return false, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return false, nil
+}
+
+// hardLink links to a file of this layer, resolved inside it.
+func (u *unpacker) hardLink(hdr *tar.Header, target string) (bool, error) {
+	src, err := securejoin.SecureJoin(u.dir, path.Clean("/"+hdr.Linkname))
+	if err != nil {
+		return true, fmt.Errorf("layer entry %q: hard link to %q: %w", hdr.Name, hdr.Linkname, err)
+	}
+	if st, err := os.Lstat(src); err != nil || !st.Mode().IsRegular() {
+		return true, fmt.Errorf("layer entry %q: hard link to %q, which is not a file of this layer", hdr.Name, hdr.Linkname)
+	}
+	if err := removeExisting(target, true); err != nil {
+		return true, err
+	}
+	if err := os.Link(src, target); err != nil {
+		return true, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return true, nil // the file it links to carries the attributes
+}
+
+// device makes a character or block device node, or a FIFO; a device
+// node needs root, and rootless unpacking leaves it out.
+func (u *unpacker) device(hdr *tar.Header, target string) (bool, error) {
+	if u.o.Rootless && hdr.Typeflag != tar.TypeFifo {
+		return true, nil
+	}
+	if err := removeExisting(target, true); err != nil {
+		return false, err
+	}
+	mode := uint32(hdr.Mode & 0o7777)
+	switch hdr.Typeflag {
+	case tar.TypeChar:
+		mode |= unix.S_IFCHR
+	case tar.TypeBlock:
+		mode |= unix.S_IFBLK
+	default:
+		mode |= unix.S_IFIFO
+	}
+	if err := unix.Mknod(target, mode, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
+		return false, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+	}
+	return false, nil
 }
 
 // confinedDir returns the directory rel names inside root, resolving

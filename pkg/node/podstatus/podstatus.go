@@ -66,17 +66,7 @@ func ContainersReady(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerS
 			unready = append(unready, c.Name)
 		}
 	}
-	var msgs []string
-	if len(unknown) > 0 {
-		msgs = append(msgs, fmt.Sprintf(msgUnknownContainers, list(unknown)))
-	}
-	if len(unready) > 0 {
-		msgs = append(msgs, fmt.Sprintf(msgUnreadyContainers, list(unready)))
-	}
-	if len(msgs) > 0 {
-		return corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: ContainersNotReady, Message: strings.Join(msgs, ", ")}
-	}
-	return corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}
+	return fromContainers(corev1.ContainersReady, ContainersNotReady, unknown, msgUnreadyContainers, unready)
 }
 
 // Ready returns the Ready condition. While the containers are not ready it
@@ -130,17 +120,7 @@ func Initialized(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatu
 			incomplete = append(incomplete, c.Name)
 		}
 	}
-	var msgs []string
-	if len(unknown) > 0 {
-		msgs = append(msgs, fmt.Sprintf(msgUnknownContainers, list(unknown)))
-	}
-	if len(incomplete) > 0 {
-		msgs = append(msgs, fmt.Sprintf(msgIncompleteContainers, list(incomplete)))
-	}
-	if len(msgs) > 0 {
-		return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Reason: ContainersNotInitialized, Message: strings.Join(msgs, ", ")}
-	}
-	return corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}
+	return fromContainers(corev1.PodInitialized, ContainersNotInitialized, unknown, msgIncompleteContainers, incomplete)
 }
 
 // Phase returns the pod phase from its container statuses, as the kubelet's
@@ -299,3 +279,21 @@ func findCondition(conditions []corev1.PodCondition, t corev1.PodConditionType) 
 
 // list formats names as the kubelet does: "[a b]".
 func list(names []string) string { return "[" + strings.Join(names, " ") + "]" }
+
+// fromContainers is condition t as the kubelet words it from the
+// containers it lacks: False with reason when some have no status
+// (unknown) or are not there yet (notYet, said by notYetMsg), True
+// otherwise.
+func fromContainers(t corev1.PodConditionType, reason string, unknown []string, notYetMsg string, notYet []string) corev1.PodCondition {
+	var msgs []string
+	if len(unknown) > 0 {
+		msgs = append(msgs, fmt.Sprintf(msgUnknownContainers, list(unknown)))
+	}
+	if len(notYet) > 0 {
+		msgs = append(msgs, fmt.Sprintf(notYetMsg, list(notYet)))
+	}
+	if len(msgs) > 0 {
+		return corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, ", ")}
+	}
+	return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
+}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
@@ -125,21 +124,21 @@ func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in 
 func envFromData(ctx context.Context, ns string, from corev1.EnvFromSource, src volume.Source) (map[string]string, error) {
 	switch {
 	case from.ConfigMapRef != nil:
-		cm, err := getConfigMap(ctx, src, ns, from.ConfigMapRef.Name)
-		if apierrors.IsNotFound(err) && optional(from.ConfigMapRef.Optional) {
-			return nil, nil
-		}
+		cm, found, err := volume.ConfigMapOf(ctx, src, ns, from.ConfigMapRef.Name, optional(from.ConfigMapRef.Optional))
 		if err != nil {
 			return nil, fmt.Errorf("%w: envFrom: %v", errConfig, err)
+		}
+		if !found {
+			return nil, nil
 		}
 		return cm.Data, nil
 	case from.SecretRef != nil:
-		s, err := getSecret(ctx, src, ns, from.SecretRef.Name)
-		if apierrors.IsNotFound(err) && optional(from.SecretRef.Optional) {
-			return nil, nil
-		}
+		s, found, err := volume.SecretOf(ctx, src, ns, from.SecretRef.Name, optional(from.SecretRef.Optional))
 		if err != nil {
 			return nil, fmt.Errorf("%w: envFrom: %v", errConfig, err)
+		}
+		if !found {
+			return nil, nil
 		}
 		out := make(map[string]string, len(s.Data))
 		for k, v := range s.Data {
@@ -167,51 +166,34 @@ func envValueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, e c
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
-		cm, err := getConfigMap(ctx, in.source, pod.Namespace, ref.Name)
-		if err != nil {
-			if apierrors.IsNotFound(err) && optional(ref.Optional) {
-				return "", false, nil
-			}
+		cm, found, err := volume.ConfigMapOf(ctx, in.source, pod.Namespace, ref.Name, optional(ref.Optional))
+		if err != nil || !found {
 			return "", false, err
 		}
 		v, ok := cm.Data[ref.Key]
-		if !ok && !optional(ref.Optional) {
-			return "", false, fmt.Errorf("couldn't find key %s in ConfigMap %s/%s", ref.Key, pod.Namespace, ref.Name)
-		}
-		return v, ok, nil
+		return v, ok, keyMissing(ok, ref.Optional, ref.Key, "ConfigMap", pod.Namespace, ref.Name)
 	case from.SecretKeyRef != nil:
 		ref := from.SecretKeyRef
-		s, err := getSecret(ctx, in.source, pod.Namespace, ref.Name)
-		if err != nil {
-			if apierrors.IsNotFound(err) && optional(ref.Optional) {
-				return "", false, nil
-			}
+		s, found, err := volume.SecretOf(ctx, in.source, pod.Namespace, ref.Name, optional(ref.Optional))
+		if err != nil || !found {
 			return "", false, err
 		}
 		v, ok := s.Data[ref.Key]
-		if !ok && !optional(ref.Optional) {
-			return "", false, fmt.Errorf("couldn't find key %s in Secret %s/%s", ref.Key, pod.Namespace, ref.Name)
-		}
-		return string(v), ok, nil
+		return string(v), ok, keyMissing(ok, ref.Optional, ref.Key, "Secret", pod.Namespace, ref.Name)
 	}
 	return "", false, fmt.Errorf("no value source the steadyplane node agent knows")
 }
 
+// keyMissing is the error of a key not in its ConfigMap or Secret, unless
+// it is there (ok) or optional.
+func keyMissing(ok bool, opt *bool, key, kind, ns, name string) error {
+	if ok || optional(opt) {
+		return nil
+	}
+	return fmt.Errorf("couldn't find key %s in %s %s/%s", key, kind, ns, name)
+}
+
 func optional(b *bool) bool { return b != nil && *b }
-
-func getConfigMap(ctx context.Context, src volume.Source, ns, name string) (*corev1.ConfigMap, error) {
-	if src == nil {
-		return nil, fmt.Errorf("ConfigMap %s/%s: this pod's node reads no ConfigMaps (a static pod without an API server)", ns, name)
-	}
-	return src.ConfigMap(ctx, ns, name)
-}
-
-func getSecret(ctx context.Context, src volume.Source, ns, name string) (*corev1.Secret, error) {
-	if src == nil {
-		return nil, fmt.Errorf("Secret %s/%s: this pod's node reads no Secrets (a static pod without an API server)", ns, name)
-	}
-	return src.Secret(ctx, ns, name)
-}
 
 // fieldValue is a pod field as the kubelet gives it to env: the status and
 // spec fields it knows itself, the rest (metadata, labels['k'],

@@ -254,24 +254,28 @@ func (v *Volumes) payload(ctx context.Context, vol corev1.Volume, now time.Time)
 	return nil, time.Time{}, fmt.Errorf("%w: no source", ErrUnsupported)
 }
 
+// configMap reads a volume's ConfigMap; an optional one that does not
+// exist is empty.
 func (v *Volumes) configMap(ctx context.Context, ns, name string, opt bool) (*corev1.ConfigMap, error) {
-	cm, err := v.src.ConfigMap(ctx, ns, name)
-	if apierrors.IsNotFound(err) && opt {
-		return &corev1.ConfigMap{}, nil
-	}
-	if err != nil {
+	cm, found, err := ConfigMapOf(ctx, v.src, ns, name, opt)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("configmap %q: %w", name, err)
+	case !found:
+		return &corev1.ConfigMap{}, nil
 	}
 	return cm, nil
 }
 
+// secret reads a volume's Secret; an optional one that does not exist is
+// empty.
 func (v *Volumes) secret(ctx context.Context, ns, name string, opt bool) (*corev1.Secret, error) {
-	s, err := v.src.Secret(ctx, ns, name)
-	if apierrors.IsNotFound(err) && opt {
-		return &corev1.Secret{}, nil
-	}
-	if err != nil {
+	s, found, err := SecretOf(ctx, v.src, ns, name, opt)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("secret %q: %w", name, err)
+	case !found:
+		return &corev1.Secret{}, nil
 	}
 	return s, nil
 }
@@ -485,4 +489,30 @@ func DiskUsage(dir string) int64 {
 		return nil
 	})
 	return total
+}
+
+// ConfigMapOf reads ConfigMap ns/name from src: found is false, with no
+// error, for one that does not exist and is optional, as the kubelet lets
+// an optional reference go. A nil src (a node without an API) has none.
+func ConfigMapOf(ctx context.Context, src Source, ns, name string, optional bool) (cm *corev1.ConfigMap, found bool, err error) {
+	if src == nil {
+		return nil, false, fmt.Errorf("ConfigMap %s/%s: this pod's node reads no ConfigMaps (a static pod without an API server)", ns, name)
+	}
+	cm, err = src.ConfigMap(ctx, ns, name)
+	if apierrors.IsNotFound(err) && optional {
+		return nil, false, nil
+	}
+	return cm, err == nil, err
+}
+
+// SecretOf reads Secret ns/name from src as ConfigMapOf reads a ConfigMap.
+func SecretOf(ctx context.Context, src Source, ns, name string, optional bool) (s *corev1.Secret, found bool, err error) {
+	if src == nil {
+		return nil, false, fmt.Errorf("Secret %s/%s: this pod's node reads no Secrets (a static pod without an API server)", ns, name)
+	}
+	s, err = src.Secret(ctx, ns, name)
+	if apierrors.IsNotFound(err) && optional {
+		return nil, false, nil
+	}
+	return s, err == nil, err
 }

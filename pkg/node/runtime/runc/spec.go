@@ -75,67 +75,16 @@ func FindSystemDirs() []HostPath {
 // cfg's mounts, user, capabilities and limits, and its own cgroups at
 // /sys/fs/cgroup.
 func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *specs.Spec {
-	cwd := cfg.WorkingDir
-	if cwd == "" {
-		cwd = "/"
-	}
-	user := specs.User{}
-	if cfg.User != nil {
-		user = specs.User{UID: cfg.User.UID, GID: cfg.User.GID, AdditionalGids: cfg.User.AdditionalGIDs}
-	}
-	caps := Capabilities(cfg.Privileged, cfg.CapAdd, cfg.CapDrop)
-	lc := &specs.LinuxCapabilities{Bounding: caps}
-	if user.UID == 0 {
-		// As containerd: a non-root user starts with no effective
-		// capabilities, only the bounding set.
-		lc.Effective, lc.Permitted = caps, caps
-	}
-	env := cfg.Env
-	if cfg.TTY && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "TERM=") }) {
-		// What containerd's CRI gives a terminal.
-		env = append(slices.Clip(env), "TERM=xterm")
-	}
 	s := &specs.Spec{
 		Version: specs.Version,
 		Root:    &specs.Root{Path: "rootfs", Readonly: cfg.ReadOnlyRootFilesystem},
-		Process: &specs.Process{
-			Args: cfg.Argv, Env: env, Cwd: cwd, User: user, Terminal: cfg.TTY,
-			Capabilities:    lc,
-			NoNewPrivileges: cfg.NoNewPrivileges && !cfg.Privileged,
-		},
-		Hostname: cfg.Hostname,
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOptions(cfg.Privileged)},
-			// The container's own cgroups, read-only unless privileged (as
-			// containerd's): what it may use, as resizes change it.
-			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: cgroupOptions(cfg.Privileged)},
-		},
+		Process: specProcess(cfg),
+		Mounts:  specMounts(cfg, system),
 		Linux: &specs.Linux{
 			CgroupsPath: cgroupsPath,
 			Resources:   &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
 			Namespaces:  []specs.LinuxNamespace{{Type: specs.PIDNamespace, Path: cfg.PIDNamespace}, {Type: specs.MountNamespace}},
 		},
-	}
-	for _, d := range system {
-		if d.Symlink == "" {
-			s.Mounts = append(s.Mounts, specs.Mount{Destination: d.Path, Type: "bind", Source: d.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-		}
-	}
-	if cfg.Rootfs == nil {
-		// The host's directories are read-only; an image's /tmp is its own.
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
-	}
-	for _, m := range cfg.Mounts {
-		opts := []string{"rbind", "nosuid", "nodev"}
-		if m.ReadOnly {
-			opts = append(opts, "ro")
-		}
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
 	}
 	if sb := cfg.Sandbox; sb != nil {
 		for _, ns := range []struct {
@@ -170,6 +119,70 @@ func Spec(cfg *runtime.ContainerConfig, system []HostPath, cgroupsPath string) *
 	r := linuxResources(cfg.Resources, false)
 	s.Linux.Resources.Memory, s.Linux.Resources.CPU = r.Memory, r.CPU
 	return s
+}
+
+// specProcess is the run's process: its command, environment, directory,
+// user and capabilities.
+func specProcess(cfg *runtime.ContainerConfig) *specs.Process {
+	cwd := cfg.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+	user := specs.User{}
+	if cfg.User != nil {
+		user = specs.User{UID: cfg.User.UID, GID: cfg.User.GID, AdditionalGids: cfg.User.AdditionalGIDs}
+	}
+	caps := Capabilities(cfg.Privileged, cfg.CapAdd, cfg.CapDrop)
+	lc := &specs.LinuxCapabilities{Bounding: caps}
+	if user.UID == 0 {
+		// As containerd: a non-root user starts with no effective
+		// capabilities, only the bounding set.
+		lc.Effective, lc.Permitted = caps, caps
+	}
+	env := cfg.Env
+	if cfg.TTY && !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "TERM=") }) {
+		// What containerd's CRI gives a terminal.
+		env = append(slices.Clip(env), "TERM=xterm")
+	}
+	return &specs.Process{
+		Args: cfg.Argv, Env: env, Cwd: cwd, User: user, Terminal: cfg.TTY,
+		Capabilities:    lc,
+		NoNewPrivileges: cfg.NoNewPrivileges && !cfg.Privileged,
+	}
+}
+
+// specMounts are the run's mounts: the kernel's file systems, the host's
+// system directories for a host root (read-only, with a /tmp of its own),
+// then the run's own binds.
+func specMounts(cfg *runtime.ContainerConfig, system []HostPath) []specs.Mount {
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOptions(cfg.Privileged)},
+		// The container's own cgroups, read-only unless privileged (as
+		// containerd's): what it may use, as resizes change it.
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: cgroupOptions(cfg.Privileged)},
+	}
+	for _, d := range system {
+		if d.Symlink == "" {
+			mounts = append(mounts, specs.Mount{Destination: d.Path, Type: "bind", Source: d.Path, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	}
+	if cfg.Rootfs == nil {
+		// The host's directories are read-only; an image's /tmp is its own.
+		mounts = append(mounts, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}})
+	}
+	for _, m := range cfg.Mounts {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	return mounts
 }
 
 // The kubelet's CPU settings (pkg/kubelet/cm, helpers_linux.go): shares
