@@ -1,25 +1,34 @@
 // Command cluster measures a whole "steadyplane up" cluster on 127.0.0.1, in
 // one run:
 //
-//   - "up" cold (a new data directory) and warm (the same again) to the API
-//     server ready and to every component ready ("steadyplane is up");
+//   - "up" cold (a new data directory each time) and warm (the last one
+//     again), --runs times each: the API server ready as up says it and as
+//     a client polling /readyz sees it, every component ready ("steadyplane
+//     is up"), and when each of up's progress lines came, as medians;
+//
+//   - each process's PSS once the cluster has idled for --settle: the
+//     API server, etcd, the controllers, the node agent, up itself, CoreDNS
+//     and the containers' monitors;
 //
 //   - a rollout of a --replicas Deployment whose app needs 3s before it
 //     serves, in a namespace with the load-balancer gate and in one without:
 //     its duration, and the fewest pods passing an outside HTTP check in any
 //     100ms sample.
 //
-//     sudo go run ./bench/cluster [--replicas 5]
+//     sudo go run ./bench/cluster [--runs 5] [--settle 20s] [--replicas 5]
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,17 +41,19 @@ import (
 )
 
 func main() {
-	replicas := flag.Int("replicas", 5, "replicas of the Deployment rolled out")
+	replicas := flag.Int("replicas", 5, "replicas of the Deployment rolled out (0: no rollouts)")
+	runs := flag.Int("runs", 5, "cold and warm starts each")
+	settle := flag.Duration("settle", 20*time.Second, "idle time before the processes' memory is read")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *replicas); err != nil {
+	if err := run(ctx, max(*runs, 1), *settle, *replicas); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, replicas int) error {
+func run(ctx context.Context, runs int, settle time.Duration, replicas int) error {
 	bin, err := testenv.Binary()
 	if err != nil {
 		return err
@@ -51,30 +62,51 @@ func run(ctx context.Context, replicas int) error {
 	if err != nil {
 		return err
 	}
-	b, err := testenv.NewBenchUp("cluster", 248, "spc")
-	if err != nil {
-		return err
+	var colds, warms []*testenv.UpRun
+	var b *testenv.BenchUp
+	for i := range runs {
+		if b != nil {
+			b.Cleanup()
+		}
+		if b, err = testenv.NewBenchUp("cluster", 248, "spc"); err != nil {
+			return err
+		}
+		cold, err := testenv.StartUp(ctx, bin, b.Args)
+		if err != nil {
+			b.Cleanup()
+			return err
+		}
+		cold.Stop()
+		report("cold", i+1, cold)
+		colds = append(colds, cold)
 	}
 	defer b.Cleanup()
 	dataDir, args := b.DataDir, b.Args
-
 	// The app runs from busybox, imported at start as a user would bring
 	// it to a machine without a registry.
 	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
 		return err
 	}
-	cold, err := testenv.StartUp(ctx, bin, args)
-	if err != nil {
-		return err
-	}
-	cold.Stop()
-	warm, err := testenv.StartUp(ctx, bin, args)
-	if err != nil {
-		return err
+	var warm *testenv.UpRun
+	for i := range runs {
+		if warm != nil {
+			warm.Stop()
+		}
+		if warm, err = testenv.StartUp(ctx, bin, args); err != nil {
+			return err
+		}
+		report("warm", i+1, warm)
+		warms = append(warms, warm)
 	}
 	defer warm.Stop()
-	fmt.Printf("up cold: API ready %.1fs, all components ready %.1fs\n", cold.APIReady.Seconds(), cold.AllReady.Seconds())
-	fmt.Printf("up warm: API ready %.1fs, all components ready %.1fs\n", warm.APIReady.Seconds(), warm.AllReady.Seconds())
+	summarize("cold", colds)
+	summarize("warm", warms)
+	fmt.Printf("memory after %v idle (PSS, MiB):\n", settle)
+	time.Sleep(settle)
+	printPSS(testenv.ClusterProcesses(dataDir), warm.Pid())
+	if replicas == 0 {
+		return nil
+	}
 
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -137,4 +169,94 @@ func run(ctx context.Context, replicas int) error {
 			replicas, label, took.Seconds(), minimum, replicas, samples)
 	}
 	return nil
+}
+
+// report prints one start's figures.
+func report(kind string, i int, u *testenv.UpRun) {
+	fmt.Printf("up %s %d: API ready %.2fs (up says), %.2fs (/readyz from outside); all components ready %.1fs\n",
+		kind, i, u.APIReady.Seconds(), u.APIReadyOutside.Seconds(), u.AllReady.Seconds())
+}
+
+// summarize prints the medians of runs: the API server ready, everything
+// ready, and each progress line of up, in the order the first run printed
+// them.
+func summarize(kind string, runs []*testenv.UpRun) {
+	med := func(f func(*testenv.UpRun) (time.Duration, bool)) (time.Duration, int) {
+		var ds []time.Duration
+		for _, r := range runs {
+			if d, ok := f(r); ok {
+				ds = append(ds, d)
+			}
+		}
+		if len(ds) == 0 {
+			return 0, 0
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2], len(ds)
+	}
+	outside, _ := med(func(r *testenv.UpRun) (time.Duration, bool) { return r.APIReadyOutside, r.APIReadyOutside > 0 })
+	says, _ := med(func(r *testenv.UpRun) (time.Duration, bool) { return r.APIReady, true })
+	all, _ := med(func(r *testenv.UpRun) (time.Duration, bool) { return r.AllReady, true })
+	fmt.Printf("up %s, median of %d: API ready %.2fs from outside (%.2fs as up says), all components ready %.1fs; each step, from the start:\n",
+		kind, len(runs), outside.Seconds(), says.Seconds(), all.Seconds())
+	first, _ := med(func(r *testenv.UpRun) (time.Duration, bool) {
+		if len(r.Steps) == 0 {
+			return 0, false
+		}
+		return r.Steps[0].At, true
+	})
+	fmt.Printf("  %6.2fs  first line (up installed its binary and runs from it)\n", first.Seconds())
+	for _, step := range runs[0].Steps {
+		name := step.Name()
+		if name == "" {
+			continue
+		}
+		at, n := med(func(r *testenv.UpRun) (time.Duration, bool) {
+			for _, s := range r.Steps {
+				if s.Name() == name {
+					return s.At, true
+				}
+			}
+			return 0, false
+		})
+		fmt.Printf("  %6.2fs  %s", at.Seconds(), name)
+		if n < len(runs) {
+			fmt.Printf(" (in %d of %d runs)", n, len(runs))
+		}
+		fmt.Println()
+	}
+}
+
+// printPSS prints the PSS of procs by name (conmon and containers summed,
+// with their count), up's own apart, and the total.
+func printPSS(procs []testenv.ClusterProcess, upPid int) {
+	type sum struct {
+		pss float64
+		n   int
+	}
+	by := map[string]*sum{}
+	var total float64
+	for _, p := range procs {
+		name := p.Name
+		if p.Pid == upPid {
+			name = "up"
+		}
+		if by[name] == nil {
+			by[name] = &sum{}
+		}
+		pss := testenv.PSSMiB(p.Pid)
+		by[name].pss += pss
+		by[name].n++
+		total += pss
+	}
+	names := slices.Collect(maps.Keys(by))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(by[b].pss, by[a].pss) })
+	for _, name := range names {
+		if by[name].n > 1 {
+			fmt.Printf("  %7.1f  %s (%d processes)\n", by[name].pss, name, by[name].n)
+		} else {
+			fmt.Printf("  %7.1f  %s\n", by[name].pss, name)
+		}
+	}
+	fmt.Printf("  %7.1f  in all (%d processes)\n", total, len(procs))
 }

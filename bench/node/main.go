@@ -56,14 +56,20 @@ func main() {
 	sample := flag.Duration("sample", 20*time.Second, "length of each CPU sample")
 	cycles := flag.Int("cycles", 30, "CNI setup/teardown cycles")
 	pulls := flag.Int("pulls", 5, "pods whose image is pulled, one at a time")
+	only := flag.String("only", "", "measure only these parts, comma-separated: process, runc, images, cni (default: all)")
 	flag.Parse()
+	part := func(name string) bool { return *only == "" || slices.Contains(strings.Split(*only, ","), name) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	runtimes := []string{"process"}
-	if _, err := runc.Available(); err == nil {
+	var runtimes []string
+	if part("process") {
+		runtimes = append(runtimes, "process")
+	}
+	_, runcErr := runc.Available()
+	if runcErr != nil {
+		fmt.Printf("runc figures skipped: %v\n", runcErr)
+	} else if part("runc") {
 		runtimes = append(runtimes, "runc")
-	} else {
-		fmt.Printf("runc figures skipped: %v\n", err)
 	}
 	medians := map[string]time.Duration{}
 	for _, rt := range runtimes {
@@ -77,11 +83,16 @@ func main() {
 	if p, r := medians["process"], medians["runc"]; p > 0 && r > 0 {
 		fmt.Printf("pod start, median runc / process: %.2fx\n", float64(r)/float64(p))
 	}
-	if slices.Contains(runtimes, "runc") {
+	if runcErr != nil {
+		return
+	}
+	if part("images") {
 		if err := measureImages(ctx, *pods, *pulls); err != nil {
 			fmt.Fprintln(os.Stderr, "error (images):", err)
 			os.Exit(1)
 		}
+	}
+	if part("cni") {
 		if err := measureCNI(ctx, *cycles); err != nil {
 			fmt.Fprintln(os.Stderr, "error (cni):", err)
 			os.Exit(1)
@@ -109,7 +120,7 @@ func measureRuntime(ctx context.Context, rt string, n, load int, sample time.Dur
 	pods := cs.CoreV1().Pods("default")
 
 	cpu, rss := testenv.ProcessCost(cp.Node.Pid(), sample/2)
-	fmt.Printf("[%s] agent idle: %.2f%% of a core, %.1f MiB RSS (%.1f MiB private)\n", rt, cpu, rss, testenv.PrivateMiB(cp.Node.Pid()))
+	fmt.Printf("[%s] agent idle: %.2f%% of a core, %.1f MiB RSS (%.1f MiB private, %.1f MiB PSS)\n", rt, cpu, rss, testenv.PrivateMiB(cp.Node.Pid()), testenv.PSSMiB(cp.Node.Pid()))
 
 	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "bench=start"})
 	if err != nil {
@@ -159,7 +170,7 @@ func measureRuntime(ctx context.Context, rt string, n, load int, sample time.Dur
 		return 0, err
 	}
 	cpu, rss = testenv.ProcessCost(cp.Node.Pid(), sample)
-	fmt.Printf("[%s] agent with %d pods: %.2f%% of a core, %.1f MiB RSS (%.1f MiB private)", rt, load, cpu, rss, testenv.PrivateMiB(cp.Node.Pid()))
+	fmt.Printf("[%s] agent with %d pods: %.2f%% of a core, %.1f MiB RSS (%.1f MiB private, %.1f MiB PSS)", rt, load, cpu, rss, testenv.PrivateMiB(cp.Node.Pid()), testenv.PSSMiB(cp.Node.Pid()))
 	if rt == "runc" {
 		n, private, pss := monitorsMemory()
 		fmt.Printf("; %d container monitors (conmon): %.2f MiB private, %.2f MiB PSS each", n, private/float64(max(n, 1)), pss/float64(max(n, 1)))

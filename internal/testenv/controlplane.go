@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
 	"k8s.io/utils/ptr"
 
 	"github.com/steadyplane/steadyplane/pkg/controlplane"
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 )
@@ -134,6 +136,9 @@ func StartTempControlPlane(ctx context.Context, out io.Writer, modify ...func(*c
 func CleanNode(rootDir string) {
 	_, _ = runc.KillAll("", filepath.Join(rootDir, "runc"))
 	_ = runtime.UnmountUnder(rootDir)
+	if os.Geteuid() == 0 && podnet.IPTablesAvailable() {
+		_ = podnet.RemoveMasqueradeOf(utiliptables.New(utiliptables.ProtocolIPv4), filepath.Join(rootDir, "cni", "net.conflist"))
+	}
 }
 
 func ensureHostRuntimeClass(ctx context.Context, cp *controlplane.ControlPlane) error {

@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -62,4 +63,64 @@ func procMiB(pid int, file, field string) float64 {
 		}
 	}
 	return 0
+}
+
+// ClusterProcess is one process of an up's cluster.
+type ClusterProcess struct {
+	Pid int
+	// Name is the steadyplane command it runs ("apiserver", "node", "up",
+	// "dns"), or its program's name (conmon, a container's program).
+	Name string
+}
+
+// ClusterProcesses are the processes of the up whose data directory is
+// dataDir: those whose argument list names the directory (up, the node
+// agent, static pods, conmon), and their descendants (containers, which
+// name nothing of it, such as CoreDNS).
+func ClusterProcesses(dataDir string) []ClusterProcess {
+	entries, _ := os.ReadDir("/proc")
+	argv, parent := map[int][]string{}, map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		argv[pid] = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			s := string(stat)
+			if f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]); len(f) > 1 {
+				parent[pid], _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	in := func(pid int) bool {
+		for p := pid; p > 1; p = parent[p] {
+			for _, a := range argv[p] {
+				if strings.Contains(a, dataDir) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var procs []ClusterProcess
+	for pid, args := range argv {
+		if in(pid) {
+			procs = append(procs, ClusterProcess{Pid: pid, Name: processName(args)})
+		}
+	}
+	return procs
+}
+
+// processName is the steadyplane command of argv, or its program's name.
+func processName(argv []string) string {
+	prog := filepath.Base(argv[0])
+	if strings.HasPrefix(prog, "steadyplane") && len(argv) > 1 {
+		return argv[1]
+	}
+	return prog
 }

@@ -4,14 +4,19 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 )
@@ -71,7 +76,34 @@ type UpRun struct {
 	// APIReady and AllReady are the times from the start to "apiserver
 	// ready in" and to "steadyplane is up".
 	APIReady, AllReady time.Duration
+	// APIReadyOutside is the time from the start to the first 200 of the
+	// API server's /readyz to a client of the admin kubeconfig polling it
+	// every 50ms (0 when the arguments name no data directory or port).
+	APIReadyOutside time.Duration
+	// Steps are up's progress lines, each with the time it came.
+	Steps []UpStep
 }
+
+// UpStep is one progress line of up and when it came.
+type UpStep struct {
+	Line string
+	At   time.Duration
+}
+
+// Name is what a progress line that reports a duration says is done
+// ("etcd ready" of "etcd ready in 0.6s (...)"), or "" for another line.
+func (s UpStep) Name() string {
+	if m := doneIn.FindStringSubmatch(s.Line); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// doneIn matches up's lines that report a step done and its duration.
+var doneIn = regexp.MustCompile(`^(\S.*?) in [0-9.]+s\b`)
+
+// Pid is up's process id.
+func (u *UpRun) Pid() int { return u.cmd.Process.Pid }
 
 // StartUp runs bin with args (UpArgs) and returns once it says it is up;
 // its further output is read and dropped.
@@ -87,9 +119,16 @@ func StartUp(ctx context.Context, bin string, args []string) (*UpRun, error) {
 		return nil, err
 	}
 	u := &UpRun{cmd: cmd}
+	readyz := make(chan time.Duration, 1)
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go func() {
+		readyz <- pollReadyz(pollCtx, argValue(args, "--data-dir"), argValue(args, "--apiserver-port"), start)
+	}()
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		line := sc.Text()
+		u.Steps = append(u.Steps, UpStep{Line: line, At: time.Since(start)})
 		switch {
 		case strings.HasPrefix(line, "apiserver ready in"):
 			u.APIReady = time.Since(start)
@@ -99,11 +138,61 @@ func StartUp(ctx context.Context, bin string, args []string) (*UpRun, error) {
 				for sc.Scan() {
 				}
 			}()
+			select {
+			case u.APIReadyOutside = <-readyz:
+			case <-time.After(10 * time.Second):
+			}
 			return u, nil
 		}
 	}
 	_ = cmd.Wait()
 	return nil, fmt.Errorf("up exited before it was up")
+}
+
+// argValue is the value of flag name in args ("--name value"), or "".
+func argValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// pollReadyz asks https://127.0.0.1:port/readyz every 50ms, as a client of
+// dataDir's admin kubeconfig once that exists, and returns the time since
+// start of the first 200 (0 if ctx ends first or nothing names them).
+func pollReadyz(ctx context.Context, dataDir, port string, start time.Time) time.Duration {
+	if dataDir == "" || port == "" {
+		return 0
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var client *http.Client
+	for {
+		if client == nil {
+			if cfg, err := clientcmd.BuildConfigFromFlags("https://127.0.0.1:"+port, filepath.Join(dataDir, "admin.kubeconfig")); err == nil {
+				cfg.Timeout = time.Second
+				client, _ = rest.HTTPClientFor(cfg)
+			}
+		}
+		if client != nil {
+			if resp, err := client.Get("https://127.0.0.1:" + port + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return time.Since(start)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-tick.C:
+		}
+	}
 }
 
 // Stop sends SIGTERM, as Ctrl-C would, and waits for up to exit.

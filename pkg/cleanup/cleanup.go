@@ -1,7 +1,8 @@
 // Package cleanup stops what an "up" killed with -9 left running and
 // unmounts its files, as k3s-killall.sh does: its processes, every
 // container the node agent ran, every mount under the data directory, the
-// pods' bridge and kube-proxy's rules ("steadyplane cleanup").
+// pods' bridge, their masquerade rule and kube-proxy's rules
+// ("steadyplane cleanup").
 package cleanup
 
 import (
@@ -15,8 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
+
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy/rules"
+	"github.com/steadyplane/steadyplane/pkg/node/podnet"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
@@ -82,6 +86,11 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("removing bridge %s: %v: %s", o.Bridge, err, out)
 		}
 		fmt.Fprintf(out, "removed bridge %s\n", o.Bridge)
+	}
+	if os.Geteuid() == 0 && podnet.IPTablesAvailable() {
+		if err := podnet.RemoveMasqueradeOf(utiliptables.New(utiliptables.ProtocolIPv4), filepath.Join(abs, "node", "cni", "net.conflist")); err != nil {
+			return fmt.Errorf("removing the pods' masquerade rule: %w", err)
+		}
 	}
 	// kube-proxy leaves its rules when it stops, as upstream's does
 	// (a restarted proxy takes them over). Only when this data

@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
-	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 )
@@ -58,7 +57,7 @@ func (cp *ControlPlane) startDNSImage() {
 		if err != nil {
 			return err
 		}
-		ref, err := binary.AddImage(s, bin, images.UnpackOptions{Rootless: os.Geteuid() != 0})
+		ref, err := s.AddBinary(bin, images.UnpackOptions{Rootless: os.Geteuid() != 0})
 		if err != nil {
 			return fmt.Errorf("the DNS image: %w", err)
 		}

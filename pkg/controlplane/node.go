@@ -87,7 +87,7 @@ func (cp *ControlPlane) prepareNode() error {
 var binaryImageArchive = regexp.MustCompile(`^steadyplane-[0-9a-f]{12}\.tar$`)
 
 // removeBinaryImageArchives removes those archives; the image is added to
-// the node's store directly now (binary.AddImage).
+// the node's store directly now (images.Store.AddBinary).
 func removeBinaryImageArchives(importDir string) {
 	entries, _ := os.ReadDir(importDir)
 	for _, e := range entries {

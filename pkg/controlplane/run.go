@@ -231,6 +231,11 @@ func runFromDataDir(o Options) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
+	// The running binary's path has no symbolic links in it: compared
+	// with one that has, the copy would exec itself again and again.
+	if dataDir, err = filepath.EvalSymlinks(dataDir); err != nil {
+		return err
+	}
 	installed, err := binary.Install(self, layout(dataDir).binDir())
 	if err != nil || installed == self {
 		return err

@@ -65,7 +65,7 @@ func (c *Config) setUpWorker(ctx context.Context, cfg *rest.Config, proxyKubecon
 	}
 	// CoreDNS's pods may be scheduled here: the image of this binary goes
 	// into the store.
-	ref, err := binary.AddImage(o.Images, bin, images.UnpackOptions{})
+	ref, err := o.Images.AddBinary(bin, images.UnpackOptions{})
 	if err != nil {
 		return fmt.Errorf("the DNS image: %w", err)
 	}

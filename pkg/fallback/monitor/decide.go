@@ -138,48 +138,66 @@ type Verdict struct {
 // waiting would not change them. The timeout bounds only a revision that
 // runs and has not become healthy and ready.
 func Decide(revision string, o Observation, t Timeouts) Verdict {
+	if v, ok := beforeItRan(revision, o, t); ok {
+		return v
+	}
+	healthy := o.Healthz != nil && o.Healthz.OK
+	if v, ok := fromItsEnds(revision, o, healthy); ok {
+		return v
+	}
+	return fromItsHealth(revision, o, t, healthy)
+}
+
+// beforeItRan is the verdict while the revision is not the operand, or has
+// not been started yet; ok is false once it has.
+func beforeItRan(revision string, o Observation, t Timeouts) (v Verdict, ok bool) {
 	if o.OperandRevision != revision && o.OperandFallbackFor == revision {
-		return Verdict{Action: Leave, Message: fmt.Sprintf("revision %s has fallen back to revision %q already", revision, o.OperandRevision)}
+		return Verdict{Action: Leave, Message: fmt.Sprintf("revision %s has fallen back to revision %q already", revision, o.OperandRevision)}, true
 	}
 	if o.OperandRevision != revision {
 		// The installer has not put this revision in place yet, or another
 		// one replaced it (a downgrade, a newer installer): not ours to judge.
-		return Verdict{Action: Wait, Message: fmt.Sprintf("the operand manifest is revision %q, not %s", o.OperandRevision, revision)}
+		return Verdict{Action: Wait, Message: fmt.Sprintf("the operand manifest is revision %q, not %s", o.OperandRevision, revision)}, true
 	}
 	if o.ManifestError != "" {
 		return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
-			Message: fmt.Sprintf("the node agent cannot run the manifest of revision %s: %s", revision, o.ManifestError)}
+			Message: fmt.Sprintf("the node agent cannot run the manifest of revision %s: %s", revision, o.ManifestError)}, true
 	}
 	if o.AgentDown {
 		// Without the agent nothing starts, a fallback included; its
 		// record of the starts is what the verdict needs once it is back.
-		return Verdict{Action: Wait, Message: "the node agent does not answer"}
+		return Verdict{Action: Wait, Message: "the node agent does not answer"}, true
 	}
 	if o.StartAttempts == 0 {
 		if o.StartRefused != "" {
 			// The agent refuses the pod as written; retrying it changes nothing.
 			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
-				Message: fmt.Sprintf("the node agent will not create the container of revision %s: %s", revision, o.StartRefused)}
+				Message: fmt.Sprintf("the node agent will not create the container of revision %s: %s", revision, o.StartRefused)}, true
 		}
 		if o.Watched >= t.FirstStart {
 			return Verdict{Action: FallBack, Reason: fallback.NeverStartedUp,
-				Message: fmt.Sprintf("the node agent did not start revision %s within %v", revision, t.FirstStart)}
+				Message: fmt.Sprintf("the node agent did not start revision %s within %v", revision, t.FirstStart)}, true
 		}
-		return Verdict{Action: Wait, Reason: fallback.NeverStartedUp, Message: "waiting for the first start attempt"}
+		return Verdict{Action: Wait, Reason: fallback.NeverStartedUp, Message: "waiting for the first start attempt"}, true
 	}
-	healthy := o.Healthz != nil && o.Healthz.OK
+	return Verdict{}, false
+}
+
+// fromItsEnds is the verdict its exits give (etcd out of its reach, a
+// crash loop); ok is false when they give none.
+func fromItsEnds(revision string, o Observation, healthy bool) (v Verdict, ok bool) {
 	if o.Running && o.Healthz == nil && o.EtcdTLSRefused != "" {
 		// The API server waits up to its storage timeout for an etcd it
 		// can never reach with these settings; the verdict is due now.
 		return Verdict{Action: FallBack, Reason: fallback.EtcdUnhealthy,
-			Message: fmt.Sprintf("revision %s cannot reach etcd with its etcd client settings: %s", revision, o.EtcdTLSRefused)}
+			Message: fmt.Sprintf("revision %s cannot reach etcd with its etcd client settings: %s", revision, o.EtcdTLSRefused)}, true
 	}
 	if !o.Running && o.StartAttempts-o.LivenessKills >= 1 {
 		if line := etcdFailure(o.LastTermination, o.EtcdServers); line != "" {
 			// It exited because it could not reach etcd: the next start
 			// would wait as long again, so the first exit decides.
 			return Verdict{Action: FallBack, Reason: fallback.EtcdUnhealthy,
-				Message: fmt.Sprintf("revision %s exited, etcd did not answer it: %s; last end: %s", revision, line, o.LastTermination)}
+				Message: fmt.Sprintf("revision %s exited, etcd did not answer it: %s; last end: %s", revision, line, o.LastTermination)}, true
 		}
 	}
 	if o.StartAttempts-o.LivenessKills > 1 && !(o.Running && healthy) {
@@ -194,8 +212,14 @@ func Decide(revision string, o Observation, t Timeouts) Verdict {
 		if o.LastTermination != "" {
 			msg += "; last end: " + o.LastTermination
 		}
-		return Verdict{Action: FallBack, Reason: reason, Message: msg}
+		return Verdict{Action: FallBack, Reason: reason, Message: msg}, true
 	}
+	return Verdict{}, false
+}
+
+// fromItsHealth is the verdict of a revision that runs: its /healthz,
+// /readyz and mirror pod, with a fallback once t.Ready has passed.
+func fromItsHealth(revision string, o Observation, t Timeouts, healthy bool) Verdict {
 	timedOut := o.Watched >= t.Ready
 	waitOrFail := func(reason fallback.Reason, msg string) Verdict {
 		if timedOut {

@@ -250,10 +250,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.opts.RootDir, 0o700); err != nil {
 		return err
 	}
-	// Events wait in the broadcaster until an API server takes them.
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	// Events wait in the broadcaster until an API server takes them. It
+	// outlives ctx until the pods have stopped: their Killing events are
+	// what a user reads about the stop.
+	events, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	broadcaster := record.NewBroadcaster(record.WithContext(events))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
+	defer func() {
+		broadcaster.Shutdown()
+		stopEvents()
+	}()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-node", Host: a.opts.NodeName})
 	a.recorder = recorder
 	a.workerNode.DNS = dns.NewConfigurer(recorder, &corev1.ObjectReference{Kind: "Node", Name: a.opts.NodeName, UID: types.UID(a.opts.NodeName)},

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/binary"
 )
 
 // libraryDirs are where the dynamic loader finds libraries by default, for
@@ -311,4 +312,14 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// AddBinary puts the image of steadyplane's installed binary (one layer
+// with it as binary.ImagePath and the libraries it loads) into the store
+// as binary.ImageRef(installed), unless the store has it, and returns that
+// name. Pods run it with imagePullPolicy Never: every node adds the image
+// of its own binary, and nodes of one build name the same image.
+func (s *Store) AddBinary(installed string, o UnpackOptions) (string, error) {
+	ref := binary.ImageRef(installed)
+	return ref, s.AddExecutable(installed, binary.ImagePath, ref, o)
 }

@@ -89,25 +89,7 @@ func TestPeerRules(t *testing.T) {
 // TestSetPeerRoutes sets routes and rules in a network namespace of its
 // own: a node joins, another leaves, and a route someone else made stays.
 func TestSetPeerRoutes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testci.CannotRun(t, "routes need root")
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		testci.CannotRun(t, "iptables: %v", err)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread() // the thread's namespace is restored first
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New() // and entered, on this thread only
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	defer netns.Set(orig)
+	defer enterNetNS(t)()
 
 	// A veth pair (this kernel may lack the dummy module); its peer stays
 	// down and addressless.
@@ -190,5 +172,36 @@ func TestSetPeerRoutes(t *testing.T) {
 	}
 	if had, err := HasPeerRoutes(); err != nil || !had {
 		t.Errorf("HasPeerRoutes = %v, %v; want b's route found (a restarted agent removes what it no longer needs)", had, err)
+	}
+}
+
+// enterNetNS moves this test's thread into a new network namespace, with
+// routes and iptables rules of its own, until the returned func is called.
+// It needs root and iptables.
+func enterNetNS(t *testing.T) (leave func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "network namespaces need root")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		testci.CannotRun(t, "iptables: %v", err)
+	}
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	ns, err := netns.New() // and entered, on this thread only
+	if err != nil {
+		orig.Close()
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	return func() {
+		_ = netns.Set(orig)
+		ns.Close()
+		orig.Close()
+		runtime.UnlockOSThread() // after the thread's namespace is restored
 	}
 }

@@ -1,7 +1,10 @@
 // Package podnet gives each pod its own network through CNI: the standard
 // plugins (bridge with host-local addresses from the node's pod CIDR,
-// portmap for hostPorts, loopback) called by libcni on the pod's network
-// namespace, with a configuration the agent writes.
+// portmap for the pods with hostPorts, loopback) called by libcni on the
+// pod's network namespace, with a configuration the agent writes. What
+// pods send off the node is masqueraded by one rule of the node's
+// (masquerade.go), not by iptables chains the bridge plugin would make and
+// remove for every pod.
 package podnet
 
 import (
@@ -24,6 +27,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+
+	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 )
@@ -56,11 +61,20 @@ type Config struct {
 	NAT bool
 }
 
+// nodeMasquerade tells whether the node's own rule masquerades the pods'
+// traffic (IPv4, with NAT) rather than the bridge plugin's rules per pod.
+func (cfg Config) nodeMasquerade(cidr *net.IPNet) bool {
+	return cfg.NAT && cidr.IP.To4() != nil
+}
+
 // NetworkName names steadyplane's CNI network.
 const NetworkName = "steadyplane"
 
-// Conflist returns the CNI configuration list of cfg.
-func Conflist(cfg Config) ([]byte, error) {
+// Conflist returns the CNI configuration list of cfg for pods without
+// hostPorts, or with them (portmap after the bridge; it needs NAT).
+// Both are the one network NetworkName: a pod's attachment is detached with
+// the list it was attached with (libcni's cache).
+func Conflist(cfg Config, hostPorts bool) ([]byte, error) {
 	_, cidr, err := net.ParseCIDR(cfg.PodCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("pod CIDR %q: %w", cfg.PodCIDR, err)
@@ -76,14 +90,14 @@ func Conflist(cfg Config) ([]byte, error) {
 		defaultRoute = "::/0"
 	}
 	plugins := []map[string]any{{
-		"type": "bridge", "bridge": cfg.Bridge, "isGateway": true, "ipMasq": cfg.NAT, "hairpinMode": true,
+		"type": "bridge", "bridge": cfg.Bridge, "isGateway": true, "ipMasq": cfg.NAT && !cfg.nodeMasquerade(cidr), "hairpinMode": true,
 		"ipam": map[string]any{
 			"type": "host-local", "dataDir": cfg.IPAMDir,
 			"ranges": [][]map[string]string{{{"subnet": cidr.String()}}},
 			"routes": []map[string]string{{"dst": defaultRoute}},
 		},
 	}}
-	if cfg.NAT {
+	if cfg.NAT && hostPorts {
 		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}, "snat": true})
 	}
 	return json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": NetworkName, "plugins": plugins}, "", "  ")
@@ -159,14 +173,17 @@ func parseRoutes(sc *bufio.Scanner) ([]Route, error) {
 
 // Network sets up and tears down pods' networks.
 type Network struct {
-	cfg      Config
-	cni      *libcni.CNIConfig
-	list     *libcni.NetworkConfigList
-	loopback *libcni.NetworkConfigList
+	cfg Config
+	cni *libcni.CNIConfig
+	// list attaches pods without hostPorts, ports those with them.
+	list, ports *libcni.NetworkConfigList
+	loopback    *libcni.NetworkConfigList
 }
 
 // New checks cfg against the host's routes and the plugins, writes the
-// configuration to confPath (for inspection) and returns the network.
+// configuration to confPath (for inspection; the one for pods with
+// hostPorts beside it), makes the node's masquerade rule and returns the
+// network.
 func New(cfg Config, confPath, cacheDir string) (*Network, error) {
 	routes, err := HostRoutes()
 	if err != nil {
@@ -180,25 +197,37 @@ func New(cfg Config, confPath, cacheDir string) (*Network, error) {
 			return nil, fmt.Errorf("CNI plugin %s not found in %v (Debian package containernetworking-plugins)", p, PluginDirs)
 		}
 	}
-	b, err := Conflist(cfg)
-	if err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(filepath.Dir(confPath), 0o700); err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(confPath, b, 0o600); err != nil {
-		return nil, err
-	}
-	list, err := libcni.ConfListFromBytes(b)
-	if err != nil {
-		return nil, err
+	n := &Network{cfg: cfg, cni: libcni.NewCNIConfigWithCacheDir(PluginDirs, cacheDir, nil)}
+	for _, l := range []struct {
+		list      **libcni.NetworkConfigList
+		hostPorts bool
+		path      string
+	}{{&n.list, false, confPath}, {&n.ports, true, strings.TrimSuffix(confPath, ".conflist") + "-hostports.conflist"}} {
+		b, err := Conflist(cfg, l.hostPorts)
+		if err != nil {
+			return nil, err
+		}
+		if err := atomicfile.WriteFile(l.path, b, 0o600); err != nil {
+			return nil, err
+		}
+		if *l.list, err = libcni.ConfListFromBytes(b); err != nil {
+			return nil, err
+		}
 	}
 	lo, err := libcni.ConfListFromBytes([]byte(loopbackConf))
 	if err != nil {
 		return nil, err
 	}
-	return &Network{cfg: cfg, cni: libcni.NewCNIConfigWithCacheDir(PluginDirs, cacheDir, nil), list: list, loopback: lo}, nil
+	n.loopback = lo
+	if _, cidr, _ := net.ParseCIDR(cfg.PodCIDR); cfg.nodeMasquerade(cidr) {
+		if err := EnsureMasquerade(utiliptables.New(utiliptables.ProtocolIPv4), cfg.PodCIDR); err != nil {
+			return nil, fmt.Errorf("masquerading pods' traffic leaving the node: %w", err)
+		}
+	}
+	return n, nil
 }
 
 // IPTablesAvailable tells whether NAT and hostPorts can be offered.
@@ -231,6 +260,22 @@ func (n *Network) runtimeConf(pod *corev1.Pod, id, netns, ifName string) *libcni
 	return rt
 }
 
+// attachment is the configuration list and runtime configuration of the
+// pod's attachment rt: those it was attached with when libcni's cache has
+// them (the pod's own, from any earlier agent's configuration), otherwise
+// the list for the pod's hostPorts.
+func (n *Network) attachment(rt *libcni.RuntimeConf) (*libcni.NetworkConfigList, *libcni.RuntimeConf) {
+	if b, cachedRT, err := n.cni.GetNetworkListCachedConfig(n.list, rt); err == nil && b != nil {
+		if list, err := libcni.ConfListFromBytes(b); err == nil {
+			return list, cachedRT
+		}
+	}
+	if rt.CapabilityArgs != nil {
+		return n.ports, rt
+	}
+	return n.list, rt
+}
+
 // PodCIDR is the range pods get their addresses from.
 func (n *Network) PodCIDR() string { return n.cfg.PodCIDR }
 
@@ -249,7 +294,8 @@ func (n *Network) Setup(ctx context.Context, pod *corev1.Pod, id, netns string) 
 	}
 	rt := n.runtimeConf(pod, id, netns, "eth0")
 	if cached, err := n.cni.GetNetworkListCachedResult(n.list, rt); err == nil && cached != nil {
-		err := n.cni.CheckNetworkList(ctx, n.list, rt)
+		list, attached := n.attachment(rt)
+		err := n.cni.CheckNetworkList(ctx, list, attached)
 		if err == nil {
 			return resultIPs(cached)
 		}
@@ -257,24 +303,27 @@ func (n *Network) Setup(ctx context.Context, pod *corev1.Pod, id, netns string) 
 		// fails on the existing interface); the pod gets a new address,
 		// worth a line.
 		klog.InfoS("The pod's network failed its CNI check; attaching it again", "pod", klog.KObj(pod), "err", err)
-		if err := n.cni.DelNetworkList(ctx, n.list, rt); err != nil {
+		if err := n.cni.DelNetworkList(ctx, list, attached); err != nil {
 			return nil, fmt.Errorf("CNI %s: detaching a pod network that failed its check: %w", NetworkName, err)
 		}
 	}
 	if _, err := n.cni.AddNetworkList(ctx, n.loopback, n.runtimeConf(pod, id, netns, "lo")); err != nil {
 		return nil, fmt.Errorf("CNI loopback: %w", err)
 	}
-	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
+	list, _ := n.attachment(rt)
+	res, err := n.cni.AddNetworkList(ctx, list, rt)
 	if err != nil {
-		_ = n.cni.DelNetworkList(ctx, n.list, rt)
+		_ = n.cni.DelNetworkList(ctx, list, rt)
 		return nil, fmt.Errorf("CNI %s: %w", NetworkName, err)
 	}
 	return resultIPs(res)
 }
 
-// Teardown detaches the pod and releases its addresses.
+// Teardown detaches the pod, with the configuration it was attached with,
+// and releases its addresses.
 func (n *Network) Teardown(ctx context.Context, pod *corev1.Pod, id, netns string) error {
-	err := n.cni.DelNetworkList(ctx, n.list, n.runtimeConf(pod, id, netns, "eth0"))
+	list, attached := n.attachment(n.runtimeConf(pod, id, netns, "eth0"))
+	err := n.cni.DelNetworkList(ctx, list, attached)
 	_ = n.cni.DelNetworkList(ctx, n.loopback, n.runtimeConf(pod, id, netns, "lo"))
 	return err
 }

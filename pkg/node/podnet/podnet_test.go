@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
@@ -69,25 +71,46 @@ func TestParseRoutes(t *testing.T) {
 }
 
 func TestConflist(t *testing.T) {
-	b, err := Conflist(Config{PodCIDR: "10.244.3.0/24", Bridge: "sp0", IPAMDir: "/r/ipam", NAT: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c struct {
+	type plugins struct {
 		Plugins []map[string]any
 	}
-	if err := json.Unmarshal(b, &c); err != nil || len(c.Plugins) != 2 || c.Plugins[0]["type"] != "bridge" || c.Plugins[1]["type"] != "portmap" {
-		t.Fatalf("%s", b)
+	cases := []struct {
+		name      string
+		cfg       Config
+		hostPorts bool
+		// types are the plugins, in order; ipMasq the bridge's.
+		types  []string
+		ipMasq bool
+	}{
+		{"NAT, a pod with hostPorts: portmap after the bridge; the node masquerades", Config{PodCIDR: "10.244.3.0/24", Bridge: "sp0", IPAMDir: "/r/ipam", NAT: true}, true, []string{"bridge", "portmap"}, false},
+		{"NAT, a pod without: the bridge alone", Config{PodCIDR: "10.244.3.0/24", Bridge: "sp0", IPAMDir: "/r/ipam", NAT: true}, false, []string{"bridge"}, false},
+		{"NAT on IPv6: the bridge masquerades (the node's rule is IPv4's)", Config{PodCIDR: "fd00:10::/64", Bridge: "sp0", IPAMDir: "/r/ipam", NAT: true}, false, []string{"bridge"}, true},
+		{"without iptables: no portmap, no masquerade", Config{PodCIDR: "10.244.3.0/24", Bridge: "sp0", IPAMDir: "/r/ipam"}, true, []string{"bridge"}, false},
 	}
-	if !strings.Contains(string(b), `"subnet": "10.244.3.0/24"`) || !strings.Contains(string(b), `"dataDir": "/r/ipam"`) {
-		t.Errorf("%s", b)
-	}
-	b, _ = Conflist(Config{PodCIDR: "10.244.3.0/24", Bridge: "sp0"})
-	if strings.Contains(string(b), "portmap") || strings.Contains(string(b), `"ipMasq": true`) {
-		t.Errorf("without iptables: %s", b)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := Conflist(c.cfg, c.hostPorts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got plugins
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			var types []string
+			for _, p := range got.Plugins {
+				types = append(types, p["type"].(string))
+			}
+			if strings.Join(types, ",") != strings.Join(c.types, ",") || got.Plugins[0]["ipMasq"] != c.ipMasq {
+				t.Errorf("plugins %v, bridge ipMasq %v; want %v, %v\n%s", types, got.Plugins[0]["ipMasq"], c.types, c.ipMasq, b)
+			}
+			if !strings.Contains(string(b), `"subnet": "`+c.cfg.PodCIDR+`"`) || !strings.Contains(string(b), `"dataDir": "/r/ipam"`) || !strings.Contains(string(b), `"name": "steadyplane"`) {
+				t.Errorf("%s", b)
+			}
+		})
 	}
 	for _, bad := range []Config{{PodCIDR: "10.0.0.1/32", Bridge: "b"}, {PodCIDR: "x", Bridge: "b"}, {PodCIDR: "10.0.0.0/24", Bridge: "a-very-long-bridge-name"}} {
-		if _, err := Conflist(bad); err == nil {
+		if _, err := Conflist(bad, false); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
@@ -105,7 +128,12 @@ func testNetwork(t *testing.T, cidr, bridge string) (*Network, *runc.Runtime, st
 	if err != nil {
 		testci.CannotRun(t, "pod network: %v", err)
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", bridge).Run()
+		if n.NAT() {
+			_ = RemoveMasquerade(utiliptables.New(utiliptables.ProtocolIPv4), cidr)
+		}
+	})
 	r, err := runc.New(runc.Options{Root: filepath.Join(dir, "runc"), ExitHook: []string{"unused"}})
 	if err != nil {
 		t.Fatal(err)
@@ -204,5 +232,79 @@ func TestNoAddressLeak(t *testing.T) {
 	}
 	if len(held) != 0 {
 		t.Errorf("after %d create/delete cycles, addresses still held: %v", cycles, held)
+	}
+}
+
+// natRules is the host's nat table as iptables -S prints it.
+func natRules(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-t", "nat", "-S").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables -t nat -S: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+// A pod attached by an earlier agent, whose bridge plugin masqueraded each
+// pod with a chain of its own, is detached with that configuration: its
+// chain goes. Pods attached now get no chain of their own, hostPorts or
+// not, and the node's one rule is there.
+func TestAttachmentsKeepTheirConfiguration(t *testing.T) {
+	n, r, dir := testNetwork(t, "10.251.9.0/24", "sptest9")
+	if !n.NAT() {
+		testci.CannotRun(t, "no iptables")
+	}
+	ctx := context.Background()
+	if !strings.Contains(natRules(t), strings.Join(MasqueradeJump("10.251.9.0/24")[:4], " ")) {
+		t.Fatalf("no masquerade jump for 10.251.9.0/24:\n%s", natRules(t))
+	}
+	// The earlier agent's configuration: the bridge masquerades.
+	old := *n
+	var conf map[string]any
+	b, _ := Conflist(n.cfg, false)
+	_ = json.Unmarshal(b, &conf)
+	conf["plugins"].([]any)[0].(map[string]any)["ipMasq"] = true
+	b, _ = json.Marshal(conf)
+	var err error
+	if old.list, err = libcni.ConfListFromBytes(b); err != nil {
+		t.Fatal(err)
+	}
+	hostPort := testPod("hp")
+	hostPort.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 18089}}}}
+	attach := func(nw *Network, pod *corev1.Pod) string {
+		t.Helper()
+		sb, err := r.CreateSandbox(pod.Name, filepath.Join(dir, pod.Name), pod.Name, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.RemoveSandbox(sb) })
+		if _, err := nw.Setup(ctx, pod, pod.Name, sb.NetNS); err != nil {
+			t.Fatal(err)
+		}
+		return sb.NetNS
+	}
+	oldNS := attach(&old, testPod("old"))
+	if !strings.Contains(natRules(t), `id: \"old\"`) {
+		t.Fatalf("the earlier configuration made no chain for its pod:\n%s", natRules(t))
+	}
+	newNS, hpNS := attach(n, testPod("new")), attach(n, hostPort)
+	rules := natRules(t)
+	if strings.Contains(rules, `id: \"new\"`) || strings.Contains(rules, `id: \"hp\" -j CNI-`) {
+		t.Errorf("a pod attached now got a masquerade chain of its own:\n%s", rules)
+	}
+	if !strings.Contains(rules, "18089") {
+		t.Errorf("the hostPort of pod hp is not forwarded:\n%s", rules)
+	}
+	for _, p := range []struct {
+		pod   *corev1.Pod
+		netns string
+	}{{testPod("old"), oldNS}, {testPod("new"), newNS}, {hostPort, hpNS}} {
+		if err := n.Teardown(ctx, p.pod, p.pod.Name, p.netns); err != nil {
+			t.Errorf("teardown of %s: %v", p.pod.Name, err)
+		}
+	}
+	rules = natRules(t)
+	if strings.Contains(rules, `id: \"old\"`) || strings.Contains(rules, "18089") {
+		t.Errorf("after teardown, rules of the pods remain:\n%s", rules)
 	}
 }

@@ -133,91 +133,114 @@ func Initialized(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatu
 // the node ran a regular container of the pod already (a sidecar that
 // restarts then does not make the pod Pending again).
 func Phase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus, initialized bool) corev1.PodPhase {
-	pendingInit, pendingSidecars, failedInitForGood := 0, 0, 0
-	var running, waiting, stopped, stoppedForGood, succeeded, unknown int
+	var t phaseTally
 	for _, c := range pod.Spec.InitContainers {
 		s, ok := find(initStatuses, c.Name)
 		if podutil.IsRestartableInitContainer(&c) {
-			switch {
-			case !ok:
-				pendingSidecars++
-				unknown++
-			case s.State.Running != nil:
-				if s.Started == nil || !*s.Started {
-					pendingSidecars++
-				}
-				running++
-			case s.State.Terminated != nil, s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
-				// A sidecar's ends never decide the phase.
-			case s.State.Waiting != nil:
-				pendingSidecars++
-				waiting++
-			default:
-				pendingSidecars++
-				unknown++
-			}
-			continue
-		}
-		var last *corev1.ContainerStateTerminated
-		switch {
-		case !ok:
-		case s.State.Terminated != nil:
-			last = s.State.Terminated
-		case s.State.Waiting != nil:
-			last = s.LastTerminationState.Terminated
-		}
-		switch {
-		case last == nil || s.State.Running != nil:
-			pendingInit++
-		case last.ExitCode != 0 && !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode):
-			failedInitForGood++
+			t.sidecar(s, ok)
+		} else {
+			t.init(pod, c, s, ok)
 		}
 	}
 	for _, c := range pod.Spec.Containers {
 		s, ok := find(statuses, c.Name)
-		var last *corev1.ContainerStateTerminated
-		switch {
-		case !ok:
-			unknown++
-		case s.State.Running != nil:
-			running++
-		case s.State.Terminated != nil:
-			last = s.State.Terminated
-		case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
-			last = s.LastTerminationState.Terminated
-		case s.State.Waiting != nil:
-			waiting++
-		default:
-			unknown++
-		}
-		if last != nil {
-			stopped++
-			if !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode) {
-				stoppedForGood++
-			}
-			if s.State.Terminated != nil && last.ExitCode == 0 {
-				succeeded++
-			}
-		}
+		t.regular(pod, c, s, ok)
 	}
-	if failedInitForGood > 0 {
+	if t.failedInitForGood > 0 {
 		return corev1.PodFailed
 	}
 	switch {
-	case pendingInit > 0 || pendingSidecars > 0 && !initialized && !anyRegularStarted(pod, statuses) || waiting > 0:
+	case t.pendingInit > 0 || t.pendingSidecars > 0 && !initialized && !anyRegularStarted(pod, statuses) || t.waiting > 0:
 		return corev1.PodPending
-	case running > 0 && unknown == 0:
+	case t.running > 0 && t.unknown == 0:
 		return corev1.PodRunning
-	case running == 0 && stopped > 0 && unknown == 0:
+	case t.running == 0 && t.stopped > 0 && t.unknown == 0:
 		switch {
-		case stopped != stoppedForGood:
+		case t.stopped != t.stoppedForGood:
 			return corev1.PodRunning // some restart
-		case stopped == succeeded:
+		case t.stopped == t.succeeded:
 			return corev1.PodSucceeded
 		}
 		return corev1.PodFailed
 	}
 	return corev1.PodPending
+}
+
+// phaseTally counts a pod's containers by what their statuses say, for
+// Phase.
+type phaseTally struct {
+	pendingInit, pendingSidecars, failedInitForGood               int
+	running, waiting, stopped, stoppedForGood, succeeded, unknown int
+}
+
+// sidecar counts a restartable init container (status s, if ok): its ends
+// never decide the phase.
+func (t *phaseTally) sidecar(s corev1.ContainerStatus, ok bool) {
+	switch {
+	case !ok:
+		t.pendingSidecars++
+		t.unknown++
+	case s.State.Running != nil:
+		if s.Started == nil || !*s.Started {
+			t.pendingSidecars++
+		}
+		t.running++
+	case s.State.Terminated != nil, s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+		// Ended, or waiting to restart: not counted.
+	case s.State.Waiting != nil:
+		t.pendingSidecars++
+		t.waiting++
+	default:
+		t.pendingSidecars++
+		t.unknown++
+	}
+}
+
+// init counts an init container c of pod that must end (status s, if ok).
+func (t *phaseTally) init(pod *corev1.Pod, c corev1.Container, s corev1.ContainerStatus, ok bool) {
+	var last *corev1.ContainerStateTerminated
+	switch {
+	case !ok:
+	case s.State.Terminated != nil:
+		last = s.State.Terminated
+	case s.State.Waiting != nil:
+		last = s.LastTerminationState.Terminated
+	}
+	switch {
+	case last == nil || s.State.Running != nil:
+		t.pendingInit++
+	case last.ExitCode != 0 && !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode):
+		t.failedInitForGood++
+	}
+}
+
+// regular counts a regular container c of pod (status s, if ok).
+func (t *phaseTally) regular(pod *corev1.Pod, c corev1.Container, s corev1.ContainerStatus, ok bool) {
+	var last *corev1.ContainerStateTerminated
+	switch {
+	case !ok:
+		t.unknown++
+	case s.State.Running != nil:
+		t.running++
+	case s.State.Terminated != nil:
+		last = s.State.Terminated
+	case s.State.Waiting != nil && s.LastTerminationState.Terminated != nil:
+		last = s.LastTerminationState.Terminated
+	case s.State.Waiting != nil:
+		t.waiting++
+	default:
+		t.unknown++
+	}
+	if last == nil {
+		return
+	}
+	t.stopped++
+	if !podutil.ContainerShouldRestart(c, pod.Spec, last.ExitCode) {
+		t.stoppedForGood++
+	}
+	if s.State.Terminated != nil && last.ExitCode == 0 {
+		t.succeeded++
+	}
 }
 
 // anyRegularStarted reports whether a regular container of pod has run: the
