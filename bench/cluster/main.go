@@ -8,14 +8,14 @@
 //
 //   - each process's PSS once the cluster has idled for --settle: the
 //     API server, etcd, the controllers, the node agent, up itself, CoreDNS
-//     and the containers' monitors;
+//     and the containers' monitors; and again with --pods more pods running;
 //
 //   - a rollout of a --replicas Deployment whose app needs 3s before it
 //     serves, in a namespace with the load-balancer gate and in one without:
 //     its duration, and the fewest pods passing an outside HTTP check in any
 //     100ms sample.
 //
-//     sudo go run ./bench/cluster [--runs 5] [--settle 20s] [--replicas 5]
+//     sudo go run ./bench/cluster [--runs 5] [--settle 20s] [--pods 100] [--replicas 5]
 package main
 
 import (
@@ -44,16 +44,17 @@ func main() {
 	replicas := flag.Int("replicas", 5, "replicas of the Deployment rolled out (0: no rollouts)")
 	runs := flag.Int("runs", 5, "cold and warm starts each")
 	settle := flag.Duration("settle", 20*time.Second, "idle time before the processes' memory is read")
+	load := flag.Int("pods", 100, "pods running (busybox sleep) when the memory is read again (0: not again)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, max(*runs, 1), *settle, *replicas); err != nil {
+	if err := run(ctx, max(*runs, 1), *settle, *load, *replicas); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, runs int, settle time.Duration, replicas int) error {
+func run(ctx context.Context, runs int, settle time.Duration, load, replicas int) error {
 	bin, err := testenv.Binary()
 	if err != nil {
 		return err
@@ -104,23 +105,41 @@ func run(ctx context.Context, runs int, settle time.Duration, replicas int) erro
 	fmt.Printf("memory after %v idle (PSS, MiB):\n", settle)
 	time.Sleep(settle)
 	printPSS(testenv.ClusterProcesses(dataDir), warm.Pid())
+
+	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
+	kubectlIn := func(stdin string, args ...string) error {
+		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	kubectl := func(args ...string) error { return kubectlIn("", args...) }
+	if load > 0 {
+		start := time.Now()
+		if err := kubectlIn(sleepers(load), "apply", "-f", "-"); err != nil {
+			return err
+		}
+		if err := kubectl("-n", "default", "rollout", "status", "deployment/sleepers", "--timeout=600s"); err != nil {
+			return err
+		}
+		fmt.Printf("memory with %d more pods (all Running after %.1fs), after %v idle (PSS, MiB):\n", load, time.Since(start).Seconds(), settle)
+		time.Sleep(settle)
+		printPSS(testenv.ClusterProcesses(dataDir), warm.Pid())
+		if err := kubectl("-n", "default", "delete", "deployment", "sleepers", "--wait=true", "--timeout=300s"); err != nil {
+			return err
+		}
+	}
 	if replicas == 0 {
 		return nil
 	}
 
-	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	kubectl := func(args ...string) error {
-		out, err := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return nil
-	}
 	for _, gated := range []bool{true, false} {
 		ns := "plain"
 		if gated {
@@ -259,4 +278,21 @@ func printPSS(procs []testenv.ClusterProcess, upPid int) {
 		}
 	}
 	fmt.Printf("  %7.1f  in all (%d processes)\n", total, len(procs))
+}
+
+// sleepers is a Deployment of n busybox pods that sleep, and stop at once.
+func sleepers(n int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sleepers, namespace: default}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: sleepers}}
+  template:
+    metadata: {labels: {app: sleepers}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - {name: sleep, image: %q, imagePullPolicy: Never, command: [sleep, "86400"]}
+`, n, testimage.BusyboxName)
 }

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 
 	"k8s.io/klog/v2"
@@ -70,8 +71,17 @@ func (c *Config) printf(format string, args ...any) {
 	}
 }
 
+// agentGCPercent is the node agent's GOGC unless the environment sets one:
+// its live heap is small and it runs for months beside the pods, so half
+// the usual headroom (bench/node, 100 pods: 35 MiB of its own instead of
+// 43, for no measurable CPU).
+const agentGCPercent = 50
+
 // Run runs the node agent c describes until ctx ends.
 func Run(ctx context.Context, c Config) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
+	}
 	o := &c.Agent
 	var proxyKubeconfig string
 	if c.Server != "" {
