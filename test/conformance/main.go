@@ -15,9 +15,11 @@
 //
 // The images are made of Debian's busybox-static (apt-get install
 // busybox-static) and programs of this machine with their libraries (curl,
-// dig, nc, bash as sh: images.go). Two tests cannot pass on one node: the
+// dig, nc, bash as sh: images.go). Three tests cannot pass here: the
 // aggregator's needs the sample-apiserver image, which is not built here,
-// and a DaemonSet rollback test needs two nodes.
+// a DaemonSet rollback test needs two nodes, and the read-only busybox
+// container's test expects busybox sh's own words for the refused write
+// ("can't create /file"), which bash, the images' sh, puts otherwise.
 //
 // Traffic to the service range that no proxy rule rewrote is dropped
 // (OUTPUT and FORWARD) while it runs: it would otherwise leave the machine
