@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
 	"github.com/steadyplane/steadyplane/internal/testci"
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
@@ -145,13 +148,17 @@ func TestServices(t *testing.T) {
 	var emptied time.Time
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if emptied.IsZero() {
-			// A slice with no endpoints has no "endpoints" key, which the
-			// filter reports as not found.
-			out, err := testup.Kubectl(t, ctx, kubeconfig, "get", "endpointslices", "-l", "kubernetes.io/service-name=hello", "-o", "jsonpath={.items[*].endpoints[?(@.conditions.serving==true)].addresses[0]}")
-			if err != nil && !strings.Contains(out, "endpoints is not found") {
+			// Read as objects: a slice with no endpoints has the field
+			// absent, null or empty, which a jsonpath filter tells apart.
+			out, err := testup.Kubectl(t, ctx, kubeconfig, "get", "endpointslices", "-l", "kubernetes.io/service-name=hello", "-o", "json")
+			var list discoveryv1.EndpointSliceList
+			if err == nil {
+				err = json.Unmarshal([]byte(out), &list)
+			}
+			if err != nil {
 				t.Fatalf("kubectl get endpointslices: %v\n%s", err, out)
 			}
-			if strings.TrimSpace(out) == "" || err != nil {
+			if servingEndpoints(list.Items) == 0 {
 				emptied = time.Now()
 			}
 		}
@@ -167,6 +174,19 @@ func TestServices(t *testing.T) {
 		}
 	}
 	t.Fatalf("the cluster IP of a Service scaled to 0 never refused (endpoints gone at %v)", emptied)
+}
+
+// servingEndpoints counts the endpoints of slices that serve.
+func servingEndpoints(slices []discoveryv1.EndpointSlice) int {
+	n := 0
+	for _, sl := range slices {
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Serving == nil || *ep.Conditions.Serving {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // gateWaitsForProxy: with kube-proxy frozen (SIGSTOP: alive, its rules
