@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-base/cli"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
 )
 
 func main() {
@@ -20,8 +21,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A build given a release that is no version would put it into every
+	// component's version, which clients parse: refuse it at once.
+	if err := buildinfo.CheckRelease(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if isKubectl(os.Args) {
 		os.Exit(runKubectl(os.Args))
 	}
+	buildinfo.RegisterProcessMetrics()
 	os.Exit(cli.Run(newRootCommand()))
 }

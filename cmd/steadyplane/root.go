@@ -44,6 +44,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newImagesCommand(),
 		newCleanupCommand(),
 		newRemoveNodeCommand(),
+		newVersionCommand(),
 	)
 	return root
 }

@@ -18,7 +18,8 @@ in the data directory (one client certificate per component), start "steadyplane
 under runc with their own network, or as host processes without root or runc) and the
 readiness-gate webhook and controller ("steadyplane readiness-controller") as child
 processes, print how to reach the cluster, restart a child that dies, and stop them all
-cleanly, in reverse order, on Ctrl-C or SIGTERM. Running it again on the same data
+cleanly, in reverse order, on Ctrl-C or SIGTERM (with --stop-pods-on-exit=false the
+workloads keep running for the next up to adopt). Running it again on the same data
 directory keeps every object created before; a second "up" on a directory in use is
 refused.
 
@@ -92,5 +93,6 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.IntVar(&o.OperatorMetricsPort, "operator-metrics-port", o.OperatorMetricsPort, "Port on 127.0.0.1 for the KubeAPIServer operator's Prometheus metrics; 0 for none.")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "How long to wait for etcd and for the API server to become ready.")
 	fs.DurationVar(&o.StopGrace, "stop-grace", o.StopGrace, "How long each component may take to stop before it is killed.")
+	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop the node's pods when up stops (Ctrl-C, SIGTERM). false: the control plane stops and the workloads keep running; the next up on this data directory, of this release or the next, adopts them (same containers, restart counts unchanged).")
 	return cmd
 }

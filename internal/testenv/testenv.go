@@ -50,6 +50,33 @@ func Binary() (string, error) {
 	return built, buildErr
 }
 
+// ReleaseFlag is the -X setting that gives a build its steadyplane
+// release, as release builds do.
+const ReleaseFlag = "github.com/steadyplane/steadyplane/pkg/buildinfo.Release"
+
+var (
+	releasesMu sync.Mutex
+	releases   = map[string]string{}
+)
+
+// BinaryOfRelease builds this checkout as steadyplane release (once per
+// process and release), the way a release is built:
+// go build -ldflags "-X <ReleaseFlag>=<release>". Only the link is new
+// work when the build cache holds the packages.
+func BinaryOfRelease(release string) (string, error) {
+	releasesMu.Lock()
+	defer releasesMu.Unlock()
+	if p, ok := releases[release]; ok {
+		return p, nil
+	}
+	p, err := goBuild("./cmd/steadyplane", "steadyplane", "-ldflags", "-X "+ReleaseFlag+"="+release)
+	if err != nil {
+		return "", err
+	}
+	releases[release] = p
+	return p, nil
+}
+
 var (
 	kubectlOnce sync.Once
 	kubectl     string
@@ -71,7 +98,7 @@ func Kubectl() (string, error) {
 	return kubectl, kubectlErr
 }
 
-func goBuild(pkg, name string) (string, error) {
+func goBuild(pkg, name string, flags ...string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
@@ -83,7 +110,7 @@ func goBuild(pkg, name string) (string, error) {
 	out := filepath.Join(dir, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)

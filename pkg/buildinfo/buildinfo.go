@@ -1,4 +1,5 @@
-// Package buildinfo tells which Kubernetes release the binary was built from.
+// Package buildinfo tells which release of steadyplane the binary is
+// (Release, set by -ldflags) and which Kubernetes release it was built from.
 //
 // Upstream sets k8s.io/component-base/version's variables with -ldflags -X in
 // its release scripts; a plain "go build" or "go run" leaves the placeholder
@@ -15,7 +16,8 @@ import (
 )
 
 // Suffix marks the build as steadyplane's, in semver build metadata, which
-// orders equal to the upstream release it was built from.
+// orders equal to the upstream release it was built from. The release
+// follows it: "+steadyplane-v0.4.0".
 const Suffix = "+steadyplane"
 
 // placeholderPrefix is what component-base's gitVersion holds when no
@@ -24,26 +26,27 @@ const placeholderPrefix = "v0.0.0-master"
 
 // KubernetesGitVersion returns the version to report as gitVersion: the one
 // set by -ldflags if any, else the k8s.io/kubernetes module's version with
-// Suffix, else "" when neither is known.
+// Suffix and the release ("v1.36.3+steadyplane-v0.4.0", as k3s reports
+// "v1.36.3+k3s1"), else "" when neither is known.
 func KubernetesGitVersion() string {
-	return gitVersion(version.Get().GitVersion, debug.ReadBuildInfo)
+	return gitVersion(version.Get().GitVersion, releaseOrDev(Release), debug.ReadBuildInfo)
 }
 
-func gitVersion(fromLdflags string, read func() (*debug.BuildInfo, bool)) string {
+func gitVersion(fromLdflags, release string, read func() (*debug.BuildInfo, bool)) string {
 	if fromLdflags != "" && !strings.HasPrefix(fromLdflags, placeholderPrefix) {
 		return fromLdflags
 	}
 	if info, ok := read(); ok {
-		if v, ok := FromModule(info); ok {
-			return v
+		if v, ok := KubernetesVersion(info); ok {
+			return v + Suffix + "-" + release
 		}
 	}
 	return ""
 }
 
-// FromModule derives gitVersion from the version of k8s.io/kubernetes in info:
-// "v1.36.3" gives "v1.36.3+steadyplane".
-func FromModule(info *debug.BuildInfo) (string, bool) {
+// KubernetesVersion is the version of k8s.io/kubernetes in info ("v1.36.3"),
+// the module steadyplane's components come from.
+func KubernetesVersion(info *debug.BuildInfo) (string, bool) {
 	for _, dep := range info.Deps {
 		if dep.Path != "k8s.io/kubernetes" {
 			continue
@@ -56,7 +59,7 @@ func FromModule(info *debug.BuildInfo) (string, bool) {
 		if !strings.HasPrefix(v, "v") || len(parts) < 3 || parts[0] == "" || parts[1] == "" {
 			return "", false
 		}
-		return v + Suffix, true
+		return v, true
 	}
 	return "", false
 }

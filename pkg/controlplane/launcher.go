@@ -154,7 +154,8 @@ func (l staticPodLauncher) Runner(string) *Process { return l.cp.Node }
 
 // Stop implements Launcher: the controllers go first, together, and hand
 // their leases back while the API server still answers; the API server
-// goes before etcd, which stops with the node agent.
+// goes before etcd, which stops with the node agent (or just before it,
+// when the agent leaves the workloads running).
 func (l staticPodLauncher) Stop(names ...string) {
 	cp := l.cp
 	if cp.Node.Exited() == nil {
@@ -172,6 +173,11 @@ func (l staticPodLauncher) Stop(names ...string) {
 		// first all the same. The next "up" starts last-known-good.
 		_ = os.Remove(cp.dir.apiserverRevisions().MonitorManifest())
 		cp.stopStaticPods(apiserverComponent)
+	}
+	if !cp.opts.StopPodsOnExit && slices.Contains(names, etcdComponent) {
+		// The agent leaves the pods it runs; the control plane is not
+		// among them: the next up starts it from its own binary.
+		cp.stopStaticPods(etcdComponent)
 	}
 	cp.stopProcess(cp.Node)
 }

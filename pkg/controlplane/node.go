@@ -52,7 +52,8 @@ func (cp *ControlPlane) prepareNode() error {
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
 		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + cp.dir.imagesDir(), "--registries-config=" + cp.dir.path("registries.yaml"),
-		"--seccomp-default", "--pod-max-pids=4096", "--cluster-domain=" + cp.opts.ClusterDomain}
+		"--seccomp-default", "--pod-max-pids=4096", "--cluster-domain=" + cp.opts.ClusterDomain,
+		"--stop-pods-on-exit=" + strconv.FormatBool(cp.opts.StopPodsOnExit)}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from
 		// the machine is installed (as root, with apt-get) before the

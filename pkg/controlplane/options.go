@@ -129,6 +129,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// StopGrace is how long a child may take to stop after SIGTERM.
 	StopGrace time.Duration
+	// StopPodsOnExit stops the node's pods when up stops. False stops the
+	// control plane and leaves the workloads running, for the next up (of
+	// this release or the next) to adopt: a restart or an upgrade by hand.
+	StopPodsOnExit bool
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
 }
@@ -175,6 +179,7 @@ func NewOptions() *Options {
 		OperatorMetricsPort:        10263,
 		ReadyTimeout:               3 * time.Minute,
 		StopGrace:                  30 * time.Second,
+		StopPodsOnExit:             true,
 	}
 }
 

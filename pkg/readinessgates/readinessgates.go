@@ -14,6 +14,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -125,6 +127,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	klog.InfoS("Readiness-gate webhook registered", "url", o.WebhookURL, "namespaceLabel", webhook.PolicyKey)
 
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildinfo.Collector())
 	conditionctl.RegisterMetrics(reg)
 	metricsserver.Start(ctx, o.MetricsAddress, reg, errs)
 	if err := runGate(ctx, client, o, dataPath, errs); err != nil {

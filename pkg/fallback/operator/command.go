@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -60,6 +62,7 @@ func (c Command) Run(ctx context.Context, cfg *rest.Config) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildinfo.Collector())
 	errs := make(chan error, 1)
 	metricsserver.Start(ctx, c.MetricsAddress, reg, errs)
 	o := &Operator{

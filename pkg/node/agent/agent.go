@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -174,6 +176,7 @@ func init() {
 	registry.MustRegister(runningPods, peerRoutes, eventsTotal, imagesRemoved, pressureEvictions, admissionRejections, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	registry.MustRegister(kubeletapi.Collectors()...)
 	registry.MustRegister(podworker.Collectors()...)
+	registry.MustRegister(buildinfo.Collector())
 }
 
 // New returns an agent that talks to the API server with cfg.

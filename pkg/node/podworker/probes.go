@@ -19,6 +19,11 @@ func (w *Worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 	// only ever touched under the lock.
 	w.mu.Lock()
 	c.readiness, c.liveness, c.startup = newTrackers()
+	if r := c.reported; r != nil {
+		c.readiness.Resume(r.ready)
+		c.startup.Resume(r.started)
+		c.reported = nil
+	}
 	w.mu.Unlock()
 	spec, run, ip := c.spec, c.run, w.setup.ips[0]
 	start := func(kind probe.Kind, p *corev1.Probe, tr *probe.Tracker) {
@@ -63,6 +68,23 @@ func (w *Worker) startProbes(ctx context.Context, pod *corev1.Pod, c *container,
 	start(probe.Startup, spec.StartupProbe, c.startup)
 	start(probe.Readiness, spec.ReadinessProbe, c.readiness)
 	start(probe.Liveness, spec.LivenessProbe, c.liveness)
+}
+
+// reportedVerdicts are the readiness and startup verdicts a previous node
+// agent reported for a run.
+type reportedVerdicts struct{ ready, started bool }
+
+// reportedOf is what pod's status says of c's run id: the verdicts a
+// previous agent reached on it, found when the status names that run.
+func reportedOf(pod *corev1.Pod, name, id string) (*reportedVerdicts, bool) {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range list {
+			if s.Name == name && s.ContainerID == id && s.State.Running != nil {
+				return &reportedVerdicts{ready: s.Ready, started: s.Started != nil && *s.Started}, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // newTrackers returns the readiness, liveness and startup trackers of a

@@ -269,6 +269,7 @@ func (w *Worker) adopt(ctx context.Context, pod *corev1.Pod, c *container, now t
 			}
 		default:
 			ev = event{kind: evLeftoverRunning, id: run.ID()}
+			c.reported, _ = reportedOf(pod, c.spec.Name, run.ID())
 		}
 	}
 	if ev.kind != evNoLeftover {

@@ -29,11 +29,14 @@ type container struct {
 	runSpec *runtime.ContainerConfig
 	// running are the resources the current run has (in-place resize
 	// changes them); spec.Resources are those allocated to the container.
-	running      *corev1.ResourceRequirements
-	image        *pulledImage // the image of the current or last run; nil for a host root
-	readiness    *probe.Tracker
-	liveness     *probe.Tracker
-	startup      *probe.Tracker
+	running   *corev1.ResourceRequirements
+	image     *pulledImage // the image of the current or last run; nil for a host root
+	readiness *probe.Tracker
+	liveness  *probe.Tracker
+	startup   *probe.Tracker
+	// reported is what the previous agent said of the run this one
+	// adopted; the probes resume from it (nil for a run of this agent's).
+	reported     *reportedVerdicts
 	probesCancel context.CancelFunc
 	// target is the container whose PID namespace an ephemeral container
 	// joins ("" for its own).

@@ -12,11 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/process"
 )
 
@@ -226,4 +227,42 @@ func (h *holdingHost) PatchStatus(ctx context.Context, _ *corev1.Pod, _ func(*co
 	h.held <- struct{}{}
 	<-ctx.Done()
 	return nil, false, ctx.Err()
+}
+
+// TestAdoptedRunKeepsItsReadiness: a new agent adopting a running
+// container with a readiness probe keeps the verdict the previous agent
+// reported for that very run, so that the pod stays Ready while the probe
+// has not run again; a status of another run gives nothing.
+func TestAdoptedRunKeepsItsReadiness(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	probe := &corev1.Probe{InitialDelaySeconds: 3600, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+	left := &fakeRun{Ending: runtime.NewEnding(), id: "uid-1_c", started: time.Now()}
+	tests := []struct {
+		name      string
+		statusID  string
+		ready     bool
+		wantReady bool
+	}{
+		{"the previous agent reported this run ready", left.ID(), true, true},
+		{"the previous agent reported this run not ready", left.ID(), false, false},
+		{"the status is of another run", "fake://older", true, false},
+	}
+	for _, tc := range tests {
+		pod := fakePod(corev1.RestartPolicyAlways)
+		pod.Spec.Containers[0].ReadinessProbe = probe
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", ContainerID: tc.statusID, Ready: tc.ready, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		rt := &fakeRuntime{left: map[string]*fakeRun{"uid-1_c": left}}
+		w := newFakeWorker(newFakeHost(), rt, t.TempDir(), pod, false)
+		w.sync(ctx, pod, time.Now())
+		s := statusOf(w, pod)
+		if s.State.Running == nil || len(rt.runs) != 0 {
+			t.Fatalf("%s: %+v with %d new runs; want the adopted run", tc.name, s.State, len(rt.runs))
+		}
+		if s.Ready != tc.wantReady {
+			t.Errorf("%s: ready %v, want %v", tc.name, s.Ready, tc.wantReady)
+		}
+		w.stopProbes(w.containers[0])
+	}
 }

@@ -214,6 +214,11 @@ type Tracker struct {
 // NewTracker returns a tracker in the initial state for kind.
 func NewTracker(kind Kind) *Tracker { return &Tracker{passing: kind == Liveness} }
 
+// Resume sets the verdict a previous node agent reached on the same run,
+// which this one adopted; the thresholds count from there. The kubelet
+// keeps a ready container ready across its restarts the same way.
+func (t *Tracker) Resume(passing bool) { t.passing = passing }
+
 // Passing is the current verdict.
 func (t *Tracker) Passing() bool { return t.passing }
 
