@@ -45,6 +45,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newCleanupCommand(),
 		newRemoveNodeCommand(),
 		newVersionCommand(),
+		newUpgradeCommand(),
 	)
 	return root
 }

@@ -77,6 +77,13 @@ func BinaryOfRelease(release string) (string, error) {
 	return p, nil
 }
 
+// BrokenRelease builds internal/testrelease/badup as release, speaking
+// Kubernetes kubernetes: a steadyplane binary whose version says so and
+// whose up exits at start.
+func BrokenRelease(release, kubernetes string) (string, error) {
+	return goBuild("./internal/testrelease/badup", "steadyplane", "-ldflags", "-X main.release="+release+" -X main.kubernetes="+kubernetes)
+}
+
 var (
 	kubectlOnce sync.Once
 	kubectl     string

@@ -195,6 +195,9 @@ func pollReadyz(ctx context.Context, dataDir, port string, start time.Time) time
 	}
 }
 
+// Wait waits for up to exit by itself.
+func (u *UpRun) Wait() error { return u.cmd.Wait() }
+
 // Stop sends SIGTERM, as Ctrl-C would, and waits for up to exit.
 func (u *UpRun) Stop() {
 	_ = u.cmd.Process.Signal(syscall.SIGTERM)

@@ -105,6 +105,9 @@ func (p *Up) WaitUp(t *testing.T, timeout time.Duration) {
 	}
 }
 
+// Done is closed once up has exited.
+func (p *Up) Done() <-chan struct{} { return p.done }
+
 // Flag returns the value up was given for --name, or "".
 func (p *Up) Flag(name string) string {
 	for i, a := range p.args {

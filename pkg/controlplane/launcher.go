@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"syscall"
 )
 
 // Launcher runs the control plane's components: as static pods on the node
@@ -157,6 +158,14 @@ func (l staticPodLauncher) Runner(string) *Process { return l.cp.Node }
 // goes before etcd, which stops with the node agent (or just before it,
 // when the agent leaves the workloads running).
 func (l staticPodLauncher) Stop(names ...string) {
+	l.stop(names, !l.cp.opts.StopPodsOnExit)
+}
+
+// stop is Stop; leavePods leaves the workloads running for the next node
+// agent to adopt, whatever the agent was started with: the control plane
+// stops first, etcd too, and an agent that would take its pods with it is
+// killed instead, as a crash would (runc's containers outlive it).
+func (l staticPodLauncher) stop(names []string, leavePods bool) {
 	cp := l.cp
 	if cp.Node.Exited() == nil {
 		return // never started
@@ -174,12 +183,22 @@ func (l staticPodLauncher) Stop(names ...string) {
 		_ = os.Remove(cp.dir.apiserverRevisions().MonitorManifest())
 		cp.stopStaticPods(apiserverComponent)
 	}
-	if !cp.opts.StopPodsOnExit && slices.Contains(names, etcdComponent) {
-		// The agent leaves the pods it runs; the control plane is not
-		// among them: the next up starts it from its own binary.
+	if !leavePods {
+		cp.stopProcess(cp.Node)
+		return
+	}
+	if slices.Contains(names, etcdComponent) {
+		// The control plane is not among the pods left: the next up
+		// starts it from its own binary.
 		cp.stopStaticPods(etcdComponent)
 	}
-	cp.stopProcess(cp.Node)
+	if !cp.opts.StopPodsOnExit {
+		cp.stopProcess(cp.Node)
+		return
+	}
+	cp.progressf("stopping node (its pods keep running)")
+	_ = cp.Node.Signal(syscall.SIGKILL)
+	<-cp.Node.Exited()
 }
 
 // Supervised implements Launcher.

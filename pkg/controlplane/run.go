@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -60,7 +61,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cp, err := Prepare(o)
 	if err != nil {
-		return err
+		return releasePrepareFailed(o, err)
 	}
 	defer cp.Close()
 	defer cp.Stop()
@@ -82,7 +83,10 @@ func Run(ctx context.Context, o Options) error {
 		cp.progressf("%s", d)
 	}
 	if err := cp.start(ctx); err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err // stopped while starting: no verdict on the release
+		}
+		return cp.releaseStartFailed(err)
 	}
 	if err := cp.refreshServers(ctx); err != nil {
 		cp.progressf("reading the cluster's API servers: %v", err)
@@ -103,11 +107,16 @@ func Run(ctx context.Context, o Options) error {
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
+	cp.releaseUp()
 	// From now on up only supervises: what starting made (configurations,
 	// clients, the DNS image's buffers) goes back to the system.
 	debug.FreeOSMemory()
 	return cp.supervise(ctx)
 }
+
+// releasePoll is how often a running up looks for a move to another
+// release.
+const releasePoll = time.Second
 
 // supervise restarts a supervised process that exits until ctx ends, with
 // the kubelet's style of backoff (doubling from 1s to 30s, forgotten after a
@@ -115,17 +124,27 @@ func Run(ctx context.Context, o Options) error {
 func (cp *ControlPlane) supervise(ctx context.Context) error {
 	backoff := flowcontrol.NewBackOff(time.Second, 30*time.Second)
 	names := cp.launcher.Supervised()
+	// A move to another release (steadyplane upgrade) is looked for every
+	// releasePoll.
+	releaseTick := time.NewTicker(releasePoll)
+	defer releaseTick.Stop()
 	for {
-		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}, {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(releaseTick.C)}}
 		for _, name := range names {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cp.launcher.Runner(name).Exited())})
 		}
 		chosen, _, _ := reflect.Select(cases)
-		if chosen == 0 {
+		switch chosen {
+		case 0:
 			cp.progressf("shutting down")
 			return nil
+		case 1:
+			if target := cp.releaseRequested(); target != "" {
+				return cp.handOver(target)
+			}
+			continue
 		}
-		name := names[chosen-1]
+		name := names[chosen-2]
 		if err := cp.restart(ctx, cp.launcher.Runner(name), backoff, func(ctx context.Context) error { return componentNamed(name).ready(cp, ctx) }); err != nil {
 			return err
 		}
@@ -237,8 +256,18 @@ func runFromDataDir(o Options) error {
 		return err
 	}
 	installed, err := binary.Install(self, layout(dataDir).binDir())
-	if err != nil || installed == self {
+	if err != nil {
 		return err
 	}
-	return syscall.Exec(installed, os.Args, os.Environ())
+	// The data directory may run another release (a move asked for, one
+	// that failed, a newer one current): release.Start decides.
+	run, err := chooseRelease(dataDir, installed, func(format string, args ...any) {
+		if o.Out != nil {
+			fmt.Fprintf(o.Out, format+"\n", args...)
+		}
+	})
+	if err != nil || run == self {
+		return err
+	}
+	return syscall.Exec(run, os.Args, os.Environ())
 }

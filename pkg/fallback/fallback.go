@@ -5,8 +5,9 @@
 //
 // The pieces live in subpackages: revisions (the files of each revision on
 // the node, the installer lock, the last-known-good link), monitor (the
-// startup monitor's decision and its loop), pruner (which revisions may go)
-// and operator (revisions, node status, conditions and retries).
+// startup monitor's decision and its loop), pruner (which revisions may go),
+// operator (revisions, node status, conditions and retries) and release (a
+// server's move to another steadyplane release, and version skew).
 package fallback
 
 import "time"

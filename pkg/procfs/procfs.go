@@ -1,6 +1,7 @@
-// Package procfs finds processes by their argument lists in /proc: how "up"
-// waits for a static pod's process to be gone, and how tests find the
-// processes they started.
+// Package procfs finds processes by their argument lists in /proc, and
+// tells whether one still runs: how "up" waits for a static pod's process
+// to be gone, how an upgrade tells that a release's up has died, and how
+// tests find the processes they started.
 package procfs
 
 import (
@@ -42,4 +43,21 @@ func SameNetNS(pid int) bool {
 	}
 	theirs, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
 	return err == nil && theirs == own
+}
+
+// Running says process pid exists and has not ended: a zombie (ended, not
+// yet reaped by its parent) is not running.
+func Running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": the state follows the last ')', as comm may
+	// hold anything.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state != 'Z' && state != 'X'
 }

@@ -2,8 +2,10 @@ package procfs
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestFindsItself(t *testing.T) {
@@ -15,4 +17,26 @@ func TestFindsItself(t *testing.T) {
 	if pids := Find(func(argv []string) bool { return len(argv) > 0 && argv[0] == "/no/such/binary-procfs-test" }); len(pids) != 0 {
 		t.Fatalf("found %v for a binary that does not run", pids)
 	}
+}
+
+func TestRunning(t *testing.T) {
+	if !Running(os.Getpid()) {
+		t.Error("this process is not running")
+	}
+	if Running(1 << 30) {
+		t.Error("a pid beyond the kernel's limit is running")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped until Wait: a zombie once it ended.
+	zombie := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !zombie; time.Sleep(10 * time.Millisecond) {
+		zombie = !Running(cmd.Process.Pid)
+	}
+	if !zombie {
+		t.Error("an ended, unreaped child still counts as running")
+	}
+	_ = cmd.Wait()
 }

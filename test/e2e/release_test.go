@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -115,12 +116,105 @@ func getLoopback(ctx context.Context, url string) (string, error) {
 	return string(b), err
 }
 
+// kubectlThroughRestarts is kubectl on kubeconfig, failing the test on an
+// error; a refused connection is waited out for 90s: a lone server has
+// nothing to fail over to while its API server restarts.
+func kubectlThroughRestarts(t *testing.T, ctx context.Context, kubeconfig string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			out, err := testup.Kubectl(t, ctx, kubeconfig, args...)
+			if err == nil {
+				return strings.TrimSpace(out)
+			}
+			if !strings.Contains(out, "refused") || time.Now().After(deadline) {
+				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+			}
+		}
+	}
+}
+
+// keptPod is a busybox pod that must go through a restart or an upgrade
+// untouched: its container, restarts, readiness and host process.
+type keptPod struct {
+	t       *testing.T
+	kubectl func(args ...string) string
+	sleep   string // its argument to sleep, which finds its process
+	before  string // its state when it started
+	pid     int
+}
+
+// keptPodState is what must not change, as jsonpath.
+const keptPodState = `jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}`
+
+// startKeptPod runs pod sleeper (sleep seconds, an argument no other
+// test's pod has) and waits until it is Ready.
+func startKeptPod(t *testing.T, kubectl func(args ...string) string, seconds string) *keptPod {
+	t.Helper()
+	kubectl("run", "sleeper", "--image="+testimage.BusyboxName, "--", "sleep", seconds)
+	kubectl("wait", "--for=condition=Ready", "pod/sleeper", "--timeout=120s")
+	p := &keptPod{t: t, kubectl: kubectl, sleep: seconds, before: kubectl("get", "pod", "sleeper", "-o", keptPodState)}
+	pids := p.processes()
+	if len(pids) != 1 {
+		t.Fatalf("want one process of the pod, found %v", pids)
+	}
+	p.pid = pids[0]
+	return p
+}
+
+func (p *keptPod) processes() []int {
+	return procfs.Find(func(argv []string) bool { return len(argv) == 2 && argv[0] == "sleep" && argv[1] == p.sleep })
+}
+
+// processRuns checks that the pod's process still runs (the API may be
+// down).
+func (p *keptPod) processRuns(step string) {
+	p.t.Helper()
+	if got := p.processes(); len(got) != 1 || got[0] != p.pid {
+		p.t.Errorf("%s: the pod's process %d is gone (now %v)", step, p.pid, got)
+	}
+}
+
+// unchanged checks, within a minute, that the API shows the pod as it
+// was, and that its process runs.
+func (p *keptPod) unchanged(step string) {
+	p.t.Helper()
+	var after string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if after = p.kubectl("get", "pod", "sleeper", "-o", keptPodState); after == p.before {
+			break
+		}
+	}
+	if after != p.before {
+		p.t.Errorf("%s: the pod changed (container ID, restarts, Ready, since):\n before %s\n after  %s", step, p.before, after)
+	}
+	p.processRuns(step)
+}
+
+// events are the reasons of the pod's Events.
+func (p *keptPod) events() string {
+	return p.kubectl("get", "events", "--field-selector", "involvedObject.name=sleeper", "-o", "jsonpath={.items[*].reason}")
+}
+
+// nodeRelease waits up to two minutes for the Node to show release.
+func nodeRelease(t *testing.T, kubectl func(args ...string) string, release string) {
+	t.Helper()
+	var version string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && !strings.HasSuffix(version, "+steadyplane-"+release); time.Sleep(500 * time.Millisecond) {
+		version = kubectl("get", "node", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}")
+	}
+	if !strings.HasSuffix(version, "+steadyplane-"+release) {
+		t.Errorf("the Node's version is %q, want release %s", version, release)
+	}
+}
+
 // TestHandRestartWithNextReleaseKeepsPods is the k3s way of upgrading,
 // by hand: up of release v0.9.1 runs with --stop-pods-on-exit=false and
 // a pod; SIGTERM stops its control plane and leaves the pod's container
 // running; up of v0.9.2 on the same data directory adopts it: the same
 // container and process, no restart, and the pod never stopped being
-// Ready. The Node then shows the new release.
+// Ready. The Node then shows the new release, and the API server moves to
+// it as a revision.
 func TestHandRestartWithNextReleaseKeepsPods(t *testing.T) {
 	testimage.RequireBusybox(t)
 	_, dataDir, ports, ctx := testup.Setup(t, 12*time.Minute)
@@ -135,44 +229,15 @@ func TestHandRestartWithNextReleaseKeepsPods(t *testing.T) {
 	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
-	// The API server restarts once more after the second up: the
-	// operator rolls a revision of it onto the new binary. One server has
-	// nothing to fail over to meanwhile, so refusals are waited out.
-	kubectl := func(args ...string) string {
-		t.Helper()
-		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-			out, err := testup.Kubectl(t, ctx, kubeconfig, args...)
-			if err == nil {
-				return strings.TrimSpace(out)
-			}
-			if !strings.Contains(out, "refused") || time.Now().After(deadline) {
-				t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-			}
-		}
-	}
+	kubectl := kubectlThroughRestarts(t, ctx, filepath.Join(dataDir, "admin.kubeconfig"))
 
 	first := testup.Start(t, current, dataDir, ports, "--stop-pods-on-exit=false")
 	first.WaitUp(t, 4*time.Minute)
-	// An argument no other test's pod has, to find its process.
-	const sleepFor = "7207"
-	kubectl("run", "sleeper", "--image="+testimage.BusyboxName, "--", "sleep", sleepFor)
-	kubectl("wait", "--for=condition=Ready", "pod/sleeper", "--timeout=120s")
-	const state = `jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}`
-	before := kubectl("get", "pod", "sleeper", "-o", state)
-	sleeper := func() []int {
-		return procfs.Find(func(argv []string) bool { return len(argv) == 2 && argv[0] == "sleep" && argv[1] == sleepFor })
-	}
-	pids := sleeper()
-	if len(pids) != 1 {
-		t.Fatalf("want one process of the pod, found %v", pids)
-	}
+	pod := startKeptPod(t, kubectl, "7207")
 
 	first.Stop(t)
 	stopped := time.Now()
-	if got := sleeper(); len(got) != 1 || got[0] != pids[0] {
-		t.Fatalf("the pod's process %d is gone after up stopped with --stop-pods-on-exit=false (now %v)", pids[0], got)
-	}
+	pod.processRuns("after up stopped with --stop-pods-on-exit=false")
 	binDir := filepath.Join(dataDir, "bin") + "/"
 	if left := procfs.Find(func(argv []string) bool { return len(argv) > 0 && strings.HasPrefix(argv[0], binDir) }); len(left) > 0 {
 		t.Errorf("control-plane processes still run after up stopped: %v", left)
@@ -181,41 +246,132 @@ func TestHandRestartWithNextReleaseKeepsPods(t *testing.T) {
 	second := testup.Start(t, next, dataDir, ports)
 	second.WaitUp(t, 4*time.Minute)
 	t.Logf("up of the next release was up %v after the first stopped", time.Since(stopped).Round(100*time.Millisecond))
-	want := "+steadyplane-v0.9.2"
-	var version string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !strings.HasSuffix(version, want); time.Sleep(500 * time.Millisecond) {
-		version = kubectl("get", "node", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}")
-	}
-	if !strings.HasSuffix(version, want) {
-		t.Errorf("the Node's version is %q after up of v0.9.2, want it to end in %s", version, want)
-	}
-	var after string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		after = kubectl("get", "pod", "sleeper", "-o", state)
-		if after == before && strings.Contains(kubectl("get", "events", "--field-selector", "involvedObject.name=sleeper", "-o", "jsonpath={.items[*].reason}"), "Adopted") {
-			break
-		}
-	}
-	if after != before {
-		t.Errorf("the pod changed over the restart (container ID, restarts, Ready, since):\n before %s\n after  %s", before, after)
-	}
-	if got := sleeper(); len(got) != 1 || got[0] != pids[0] {
-		t.Errorf("the pod's process %d did not survive the upgrade (now %v)", pids[0], got)
-	}
+	nodeRelease(t, kubectl, "v0.9.2")
+	pod.unchanged("after up of v0.9.2")
 	revisions := `jsonpath={.status.latestAvailableRevision} {.status.conditions[?(@.type=="Progressing")].status}`
 	var rollout string
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && !strings.HasSuffix(rollout, " False"); time.Sleep(time.Second) {
 		rollout = kubectl("get", "kubeapiserver", "cluster", "-o", revisions)
 	}
 	t.Logf("the API server's latest revision and Progressing after the restart: %s", rollout)
-	if got := kubectl("get", "pod", "sleeper", "-o", state); got != before {
-		t.Errorf("the pod changed while the API server moved to the new binary:\n before %s\n after  %s", before, got)
-	}
-	if reasons := kubectl("get", "events", "--field-selector", "involvedObject.name=sleeper", "-o", "jsonpath={.items[*].reason}"); !strings.Contains(reasons, "Adopted") || strings.Contains(reasons, "Killing") {
+	pod.unchanged("after the API server moved to the new binary")
+	if reasons := pod.events(); !strings.Contains(reasons, "Adopted") || strings.Contains(reasons, "Killing") {
 		t.Errorf("the pod's events: %s; want Adopted and no Killing", reasons)
 	}
 	second.Stop(t)
-	if got := sleeper(); len(got) != 0 {
+	if got := pod.processes(); len(got) != 0 {
 		t.Errorf("the pod's process still runs after up stopped (it stops pods by default): %v", got)
 	}
+}
+
+// TestUpgradeCommand runs the README's "Upgrading steadyplane" verbatim on
+// a server of release v0.9.1 with a pod (up stops pods on exit, the
+// default: the hand-over leaves them all the same): to v0.9.2 and back
+// with --rollback. Then to a broken v0.9.3 whose up exits at start, after
+// which up, started again as a service manager would with the binary it
+// was first given, runs v0.9.1 and records the failure. The pod's
+// container, process, restarts and readiness never change, and what
+// upgrade refuses changes nothing.
+func TestUpgradeCommand(t *testing.T) {
+	testimage.RequireBusybox(t)
+	block := testup.ReadmeBlock(t, "Upgrading steadyplane")
+	_, sp, ports, ctx := testup.Setup(t, 20*time.Minute)
+	work := filepath.Dir(sp)
+	dataDir := filepath.Join(work, ".steadyplane")
+	v1, err := testenv.BinaryOfRelease("v0.9.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := testenv.BinaryOfRelease("v0.9.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info buildinfo.Info
+	if out, err := exec.CommandContext(ctx, v2, "version", "-o", "json").Output(); err != nil || json.Unmarshal(out, &info) != nil {
+		t.Fatalf("version of v0.9.2: %v\n%s", err, out)
+	}
+	broken, err := testenv.BrokenRelease("v0.9.3", info.Kubernetes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The README's setting: steadyplane (v0.9.1) on PATH, the next
+	// release's binary beside the data directory.
+	pathDir := t.TempDir()
+	if err := os.Symlink(v1, filepath.Join(pathDir, "steadyplane")); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(v2, filepath.Join(work, "steadyplane-next")); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.BusyboxArchive(filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := kubectlThroughRestarts(t, ctx, filepath.Join(dataDir, "admin.kubeconfig"))
+	upgrade := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, v1, append([]string{"upgrade", "--data-dir", dataDir}, args...)...).CombinedOutput()
+		t.Logf("steadyplane upgrade %v:\n%s", args, out)
+		return string(out), err
+	}
+
+	up := testup.Start(t, v1, dataDir, ports)
+	up.WaitUp(t, 4*time.Minute)
+	pod := startKeptPod(t, kubectl, "7208")
+
+	// Refused before anything changes.
+	if out, err := upgrade("--binary", filepath.Join(t.TempDir(), "nothing")); err == nil || !strings.Contains(out, "no such file") {
+		t.Errorf("upgrade to a missing binary: %v", err)
+	}
+	if out, err := upgrade("--rollback"); err == nil || !strings.Contains(out, "no release before v0.9.1") {
+		t.Errorf("upgrade --rollback with nothing before: %v", err)
+	}
+
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"))
+	started := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("the README's upgrade walkthrough (%v):\n%s", time.Since(started).Round(100*time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("the README's upgrade walkthrough: %v", err)
+	}
+	text := string(out)
+	for _, want := range []string{"Release:     v0.9.1", "runs release v0.9.2", "API server on release v0.9.2", "+steadyplane-v0.9.2", "runs release v0.9.1", "API server on release v0.9.1"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the walkthrough's output lacks %q", want)
+		}
+	}
+	pod.unchanged("after the move to v0.9.2 and back")
+	if reasons := pod.events(); strings.Contains(reasons, "Killing") {
+		t.Errorf("the pod's events: %s; want no Killing", reasons)
+	}
+
+	out2, err := upgrade("--binary", broken)
+	if err == nil || !strings.Contains(out2, "release v0.9.3 failed") {
+		t.Fatalf("upgrade to the broken v0.9.3: %v, want a failure", err)
+	}
+	select {
+	case <-time.After(30 * time.Second):
+		t.Fatal("up did not exit with the broken release")
+	case <-up.Done():
+	}
+	pod.processRuns("with the broken release's up gone") // no API server runs now
+	// Started again as a service manager would: with the binary it was
+	// first given. The data directory runs v0.9.1 again.
+	up = testup.Start(t, v1, dataDir, ports)
+	up.WaitUp(t, 4*time.Minute)
+	if !strings.Contains(up.Text(), "release v0.9.3 failed (Exited") {
+		t.Errorf("up started again does not say the broken release failed:\n%s", up.Text())
+	}
+	nodeRelease(t, kubectl, "v0.9.1")
+	pod.unchanged("back on v0.9.1")
+	up.Stop(t)
+}
+
+// copyFile copies an executable.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }

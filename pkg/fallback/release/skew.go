@@ -77,7 +77,8 @@ const MaxAgentSkew = 3
 //   - node agents never newer than the API servers, at most MaxAgentSkew
 //     minors older than the target;
 //   - steadyplane's own release moves one minor at a time too, and only
-//     forward unless the move is a rollback.
+//     forward unless the move is a rollback; a development build
+//     (buildinfo.DevRelease) moves to and from any release.
 //
 // Every violation is named, with its node.
 func CheckUpgrade(nodes []Node, m Move) error {
@@ -105,6 +106,9 @@ func checkServer(n Node, m Move) []error {
 		errs = append(errs, fmt.Errorf("server %s runs Kubernetes %s: %s skips %d minor(s); move one minor at a time", n.Name, short(from.Kubernetes), short(to.Kubernetes), d-1))
 	} else if d < 0 && (!m.Rollback || d < -1) {
 		errs = append(errs, fmt.Errorf("server %s runs Kubernetes %s: %s is older%s", n.Name, short(from.Kubernetes), short(to.Kubernetes), rollbackHint(m)))
+	}
+	if isDev(from.Release) || isDev(to.Release) {
+		return errs // a development build has no place in the release train
 	}
 	if from.Release.Major() != to.Release.Major() {
 		errs = append(errs, fmt.Errorf("server %s runs release v%s: v%s is another major release", n.Name, from.Release, to.Release))
@@ -135,6 +139,11 @@ func checkAgent(n Node, nodes []Node, m Move) []error {
 		}
 	}
 	return errs
+}
+
+// isDev says v is buildinfo.DevRelease, a build given no release.
+func isDev(v *utilversion.Version) bool {
+	return v.String() == strings.TrimPrefix(buildinfo.DevRelease, "v")
 }
 
 // minorDistance is to's minor minus from's, across majors counted as far.

@@ -82,6 +82,9 @@ func TestCheckUpgrade(t *testing.T) {
 		{"agent three minors behind the target is fine", three(k33r1), k36r5, false, nil},
 		{"agent four minors behind the target", three(k32r1), k36r5, false, []string{"node w1's agent runs Kubernetes v1.32.0, 4 minors behind v1.36.3"}},
 		{"agent three behind now, four after the move", three(k33r1), k37r5, false, []string{"node w1's agent runs Kubernetes v1.33.0, 4 minors behind v1.37.0"}},
+		{"from a development build to a release", []n{{"s1", true, "v1.36.3+steadyplane-v0.0.0-dev"}}, k36r5, false, nil},
+		{"from a release to a development build", three(k36r4), "v1.36.3+steadyplane-v0.0.0-dev", false, nil},
+		{"a development build skipping a Kubernetes minor", []n{{"s1", true, "v1.36.3+steadyplane-v0.0.0-dev"}}, k38r6, false, []string{"skips 1 minor"}},
 		{"no server", []n{{"w1", false, k36r4}}, k36r5, false, []string{"no server found"}},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
+)
+
+func newUpgradeCommand() *cobra.Command {
+	o := release.UpgradeOptions{DataDir: ".steadyplane", Wait: 5 * time.Minute}
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Move this server to another steadyplane release; its workloads keep running",
+		Long: `Move the server of a data directory to another steadyplane binary (--binary) or back to
+the one before (--rollback). Before anything changes it runs the binary's version, and reads
+the cluster's Nodes to refuse what upstream's version-skew policy forbids (a skipped minor,
+a node agent newer than the servers). It then keeps the binary in the data directory by its
+content and asks the server's up to hand over: the control plane stops, the workloads keep
+running, and up continues as the new binary, which adopts the pods (same containers,
+restart counts, readiness). The API server moves as a revision its startup monitor watches.
+If the new release cannot start, up hands back to the previous one by itself; if it dies,
+the next start of up (a service manager's, or by hand) runs the previous one. This command
+waits for either and says which (--wait 0 does not wait).
+
+It moves this server only: run it on each server in turn, then restart the workers' node
+agents with the new binary (steadyplane node --stop-pods-on-exit=false keeps their pods).`,
+		Example: `  sudo steadyplane upgrade --binary ./steadyplane-next
+  sudo steadyplane upgrade --rollback --data-dir /var/lib/steadyplane`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			o.Out = cmd.OutOrStdout()
+			return release.Upgrade(ctx, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "The server's data directory (up's --data-dir).")
+	fs.StringVar(&o.Binary, "binary", o.Binary, "The steadyplane binary to move to.")
+	fs.BoolVar(&o.Rollback, "rollback", o.Rollback, "Move back to the binary the server ran before the current one.")
+	fs.DurationVar(&o.Wait, "wait", o.Wait, "How long to wait for the move to end; 0 asks for it and returns.")
+	return cmd
+}

@@ -1,0 +1,185 @@
+package release
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
+	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+)
+
+// StateFile is where a data directory keeps its State.
+const StateFile = "release.json"
+
+// Binary is one installed steadyplane binary and its release.
+type Binary struct {
+	// Path is the installed copy (package binary: <data-dir>/bin/steadyplane-<hash>).
+	Path string `json:"path"`
+	// Release is what that binary's "version" says.
+	Release string `json:"release"`
+}
+
+// Phase is where a move to another binary stands.
+type Phase string
+
+// The phases of a move.
+const (
+	// Pending: asked for (steadyplane upgrade); the running up hands over
+	// to it, or the next up starts it.
+	Pending Phase = "Pending"
+	// Starting: the target's up runs its first start (StartedBy).
+	Starting Phase = "Starting"
+	// Done: the target is Current.
+	Done Phase = "Done"
+	// Failed: the target did not come up; Current runs (Reason, Message).
+	Failed Phase = "Failed"
+)
+
+// Reasons a move failed.
+const (
+	// ReasonExited: the target's up exited (or was killed) before it was up.
+	ReasonExited = "Exited"
+	// ReasonStartFailed: the target's up said why it could not start.
+	ReasonStartFailed = "StartFailed"
+	// ReasonUnsupported: this up cannot hand over (its control plane runs
+	// as child processes).
+	ReasonUnsupported = "Unsupported"
+)
+
+// State is a data directory's release: the binary up runs, the one before
+// it, and a move under way. up reads it at every start (Start) and while it
+// runs; steadyplane upgrade writes moves into it.
+type State struct {
+	Current  Binary  `json:"current"`
+	Previous *Binary `json:"previous,omitempty"`
+	// Target is the binary a move goes to (Pending, Starting, Failed).
+	Target *Binary `json:"target,omitempty"`
+	Phase  Phase   `json:"phase,omitempty"`
+	// StartedBy is the process that runs the target's first start: the
+	// up that handed over, whose pid an exec keeps.
+	StartedBy int `json:"startedBy,omitempty"`
+	// Reason and Message say why the last move failed.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// ReadState reads dir's State; nil with no error when there is none.
+func ReadState(dir string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, StateFile), err)
+	}
+	return &st, nil
+}
+
+// WriteState writes st into dir, atomically and readable by root alone.
+func WriteState(dir string, st *State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, StateFile), append(b, '\n'), 0o600)
+}
+
+// Decision is what an up starting does about its data directory's release.
+type Decision struct {
+	// Run is the binary to run: this one, or another to exec.
+	Run Binary
+	// Write, when not nil, is the State to write before running.
+	Write *State
+	// Note is a progress line for the user ("" for none).
+	Note string
+}
+
+// Start decides, at the start of up (binary self, process pid), which
+// binary runs the data directory:
+//   - a Pending move starts its target, marked Starting by this process;
+//   - the target's first start goes on; a Starting whose process is gone
+//     (the attempt exited, and a service manager started up again)
+//     failed: the current binary runs and Failed says so;
+//   - otherwise the current binary runs, unless this one is of the same
+//     or a newer release (a move by hand, the k3s way: it becomes current)
+//     or the current one is gone from the disk.
+func Start(st *State, self Binary, pid int, exists func(string) bool, alive func(int) bool) Decision {
+	if st == nil {
+		return Decision{Run: self, Write: &State{Current: self}}
+	}
+	next := *st
+	switch st.Phase {
+	case Pending:
+		if st.Target != nil && exists(st.Target.Path) {
+			next.Phase, next.StartedBy, next.Reason, next.Message = Starting, pid, "", ""
+			return Decision{Run: *st.Target, Write: &next, Note: fmt.Sprintf("moving to release %s (%s)", st.Target.Release, st.Target.Path)}
+		}
+	case Starting:
+		if st.Target != nil && st.StartedBy == pid && self.Path == st.Target.Path {
+			return Decision{Run: self}
+		}
+		if st.StartedBy != pid && alive(st.StartedBy) {
+			// Another up runs the attempt: this one is refused by the
+			// data directory's lock.
+			return Decision{Run: self}
+		}
+		if st.Target != nil {
+			next.Phase, next.StartedBy = Failed, 0
+			next.Reason = ReasonExited
+			next.Message = fmt.Sprintf("up of release %s exited before it was up", st.Target.Release)
+			run := st.Current
+			if !exists(run.Path) {
+				run = self
+			}
+			return Decision{Run: run, Write: &next, Note: fmt.Sprintf("release %s failed (%s: %s); running %s", st.Target.Release, next.Reason, next.Message, run.Release)}
+		}
+	}
+	if self.Path == st.Current.Path {
+		return Decision{Run: self}
+	}
+	if !exists(st.Current.Path) || !olderRelease(self.Release, st.Current.Release) {
+		next.Previous, next.Current = &st.Current, self
+		if st.Phase == Pending || st.Phase == Starting {
+			next.Target, next.Phase, next.StartedBy = nil, "", 0
+		}
+		return Decision{Run: self, Write: &next}
+	}
+	return Decision{Run: st.Current, Note: fmt.Sprintf("this data directory runs release %s (%s); starting it instead of %s (steadyplane upgrade --rollback goes back)", st.Current.Release, st.Current.Path, self.Release)}
+}
+
+// Up is the State once the target's first start is up: the target is
+// current, the binary before it previous. nil when st is no such start.
+func Up(st *State, self Binary, pid int) *State {
+	if st == nil || st.Phase != Starting || st.Target == nil || st.StartedBy != pid || st.Target.Path != self.Path {
+		return nil
+	}
+	prev := st.Current
+	return &State{Current: self, Previous: &prev, Phase: Done}
+}
+
+// StartFailed is the State once the target's first start failed with err:
+// the current binary runs again. nil when st is no such start.
+func StartFailed(st *State, self Binary, pid int, err error) *State {
+	if st == nil || st.Phase != Starting || st.Target == nil || st.StartedBy != pid || st.Target.Path != self.Path {
+		return nil
+	}
+	next := *st
+	next.Phase, next.StartedBy, next.Reason, next.Message = Failed, 0, ReasonStartFailed, err.Error()
+	return &next
+}
+
+// olderRelease says a is an older release than b; releases that do not
+// parse are not older (they do not block a move by hand).
+func olderRelease(a, b string) bool {
+	va, errA := buildinfo.ParseRelease(a)
+	vb, errB := buildinfo.ParseRelease(b)
+	return errA == nil && errB == nil && va.LessThan(vb)
+}
