@@ -105,9 +105,11 @@ func Prepare(o Options) (*ControlPlane, error) {
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dataDir, err)
 	}
-	lock, err := lockDir(dataDir)
-	if err != nil {
-		return nil, err
+	lock := o.heldLock
+	if lock == nil {
+		if lock, err = lockDir(dataDir); err != nil {
+			return nil, err
+		}
 	}
 	cp := &ControlPlane{opts: o, dir: layout(dataDir), lock: lock}
 	cp.launcher = processLauncher{cp: cp}
@@ -164,11 +166,19 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data directory lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("data directory %s is in use by another steadyplane (lock %s): %w", dir, f.Name(), err)
+	// A second's patience: an up that hands over to another binary lets
+	// go of the lock for the moment of its exec, and steadyplane upgrade
+	// tries it to tell whether an up runs.
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("data directory %s is in use by another steadyplane (lock %s): %w", dir, f.Name(), err)
+		}
 	}
-	return f, nil
 }
 
 // Kubeconfig is the path of the admin kubeconfig.

@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	netutils "k8s.io/utils/net"
+
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
-	netutils "k8s.io/utils/net"
 )
 
 // Options configure a single-node control plane.
@@ -135,6 +137,10 @@ type Options struct {
 	StopPodsOnExit bool
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
+
+	// heldLock is the data directory's lock when Run took it before
+	// Prepare (to choose the release under it).
+	heldLock *os.File
 }
 
 // NewOptions returns the defaults of "steadyplane up".

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func chooseRelease(dataDir, installed string, progress func(format string, args 
 		progress("WARNING: %v; set aside as %s, running this binary", err, bad)
 		st = nil
 	}
-	d := release.Start(st, release.Binary{Path: installed, Release: buildinfo.Get().Release}, os.Getpid(), exists, release.Alive)
+	d := release.Start(st, release.Binary{Path: installed, Release: buildinfo.Get().Release}, release.Me(), exists, release.Alive)
 	if d.Write != nil {
 		if err := release.WriteState(dataDir, d.Write); err != nil {
 			return "", err
@@ -73,7 +74,7 @@ func (cp *ControlPlane) releaseUp() {
 		cp.progressf("release state: %v", err)
 		return
 	}
-	if next := release.Up(st, me, os.Getpid()); next != nil {
+	if next := release.Up(st, me, release.Me()); next != nil {
 		if err := release.WriteState(string(cp.dir), next); err != nil {
 			cp.progressf("release state: %v", err)
 			return
@@ -86,8 +87,8 @@ func (cp *ControlPlane) releaseUp() {
 // up is a move's first start, the move failed, and the previous binary
 // takes the data directory back (handOver, which returns only on failure).
 // Otherwise it returns err.
-func (cp *ControlPlane) releaseStartFailed(err error) error {
-	return releaseFailed(string(cp.dir), err, cp.progressf, cp.handOver)
+func (cp *ControlPlane) releaseStartFailed(ctx context.Context, err error) error {
+	return releaseFailed(string(cp.dir), err, cp.progressf, func(binary string) error { return cp.handOver(ctx, binary) })
 }
 
 // releaseFailed records err as the failure of the move this up starts, if
@@ -101,7 +102,7 @@ func releaseFailed(dir string, err error, progress func(format string, args ...a
 	if rerr != nil {
 		return err
 	}
-	next := release.StartFailed(st, me, os.Getpid(), err)
+	next := release.StartFailed(st, me, release.Me(), err)
 	if next == nil || !exists(next.Current.Path) {
 		return err
 	}
@@ -152,7 +153,7 @@ func (cp *ControlPlane) releaseRequested() string {
 	}
 	// Marked before the exec: the target's up (this pid) is the attempt.
 	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = release.Starting, os.Getpid(), "", ""
+	next.Phase, next.StartedBy, next.Reason, next.Message = release.Starting, release.Me(), "", ""
 	if err := release.WriteState(string(cp.dir), &next); err != nil {
 		cp.progressf("release state: %v", err)
 		return ""
@@ -162,13 +163,33 @@ func (cp *ControlPlane) releaseRequested() string {
 }
 
 // handOver stops the control plane, leaves the workloads running, and
-// replaces this process with binary's up, given the same arguments.
-func (cp *ControlPlane) handOver(binary string) error {
+// replaces this process with binary's up, given the same arguments. Asked
+// to stop meanwhile (ctx), it does not: a move it marked is asked for
+// again.
+func (cp *ControlPlane) handOver(ctx context.Context, binary string) error {
 	if l, ok := cp.launcher.(staticPodLauncher); ok {
 		l.stop(stopOrder(), true)
 	} else {
 		cp.Stop()
 	}
+	if ctx.Err() != nil {
+		cp.releaseRequeue()
+		return nil
+	}
 	cp.Close()
 	return syscall.Exec(binary, os.Args, os.Environ())
+}
+
+// releaseRequeue asks again for a move this up marked Starting and did
+// not finish: it was stopped.
+func (cp *ControlPlane) releaseRequeue() {
+	st, err := release.ReadState(string(cp.dir))
+	if err != nil {
+		return
+	}
+	if next := release.Requeue(st, release.Me()); next != nil {
+		if err := release.WriteState(string(cp.dir), next); err == nil {
+			cp.progressf("the move to release %s was stopped before it was up; the next up starts it again", next.Target.Release)
+		}
+	}
 }

@@ -56,7 +56,7 @@ func (cp *ControlPlane) stopProcess(p *Process) {
 // with no API server needed. Without runc (host processes cannot mount their
 // files) "up" runs each component as its own child process instead.
 func Run(ctx context.Context, o Options) error {
-	if err := runFromDataDir(o); err != nil {
+	if err := runFromDataDir(&o); err != nil {
 		return err
 	}
 	cp, err := Prepare(o)
@@ -84,9 +84,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := cp.start(ctx); err != nil {
 		if ctx.Err() != nil {
-			return err // stopped while starting: no verdict on the release
+			cp.releaseRequeue() // stopped while starting: no verdict on the release
+			return err
 		}
-		return cp.releaseStartFailed(err)
+		return cp.releaseStartFailed(ctx, err)
 	}
 	if err := cp.refreshServers(ctx); err != nil {
 		cp.progressf("reading the cluster's API servers: %v", err)
@@ -140,7 +141,7 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 			return nil
 		case 1:
 			if target := cp.releaseRequested(); target != "" {
-				return cp.handOver(target)
+				return cp.handOver(ctx, target)
 			}
 			continue
 		}
@@ -232,7 +233,7 @@ func (cp *ControlPlane) installedBinary() (string, error) {
 // itself and its node agent. It replaces this process (exec) and does not
 // return, unless up already runs from that copy, the binary is given, or
 // static pods will not run (not root, no runc; then it does nothing).
-func runFromDataDir(o Options) error {
+func runFromDataDir(o *Options) error {
 	if o.Binary != "" || !o.StaticPods || !o.Node || os.Geteuid() != 0 {
 		return nil
 	}
@@ -255,8 +256,16 @@ func runFromDataDir(o Options) error {
 	if dataDir, err = filepath.EvalSymlinks(dataDir); err != nil {
 		return err
 	}
+	// The release is chosen under the data directory's lock, which
+	// Prepare keeps (an exec lets go of it): a second up must not touch
+	// the release state of the one that runs.
+	lock, err := lockDir(dataDir)
+	if err != nil {
+		return err
+	}
 	installed, err := binary.Install(self, layout(dataDir).binDir())
 	if err != nil {
+		lock.Close()
 		return err
 	}
 	// The data directory may run another release (a move asked for, one
@@ -266,8 +275,14 @@ func runFromDataDir(o Options) error {
 			fmt.Fprintf(o.Out, format+"\n", args...)
 		}
 	})
-	if err != nil || run == self {
+	if err != nil {
+		lock.Close()
 		return err
 	}
+	if run == self {
+		o.heldLock = lock
+		return nil
+	}
+	lock.Close()
 	return syscall.Exec(run, os.Args, os.Environ())
 }

@@ -61,3 +61,23 @@ func Running(pid int) bool {
 	state := b[i+2]
 	return state != 'Z' && state != 'X'
 }
+
+// StartTime is when process pid started, in clock ticks since boot
+// (field 22 of /proc/<pid>/stat): with the pid it names one process,
+// where a pid alone may be another's after a reboot.
+func StartTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(fields[19], 10, 64)
+	return t, err == nil
+}

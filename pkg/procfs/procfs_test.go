@@ -40,3 +40,24 @@ func TestRunning(t *testing.T) {
 	}
 	_ = cmd.Wait()
 }
+
+func TestStartTime(t *testing.T) {
+	a, ok := StartTime(os.Getpid())
+	if !ok || a == 0 {
+		t.Fatalf("StartTime of this process = %d, %v", a, ok)
+	}
+	if b, _ := StartTime(os.Getpid()); b != a {
+		t.Errorf("StartTime changed: %d then %d", a, b)
+	}
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if c, ok := StartTime(cmd.Process.Pid); !ok || c < a {
+		t.Errorf("a child started after this process has start time %d < %d", c, a)
+	}
+	if _, ok := StartTime(1 << 30); ok {
+		t.Error("a pid beyond the kernel's limit has a start time")
+	}
+}

@@ -120,23 +120,26 @@ func checkServer(n Node, m Move) []error {
 	return errs
 }
 
+// checkAgent checks a worker's agent; a server's agent moves with its
+// API server, and servers in the middle of a roll differ by design.
 func checkAgent(n Node, nodes []Node, m Move) []error {
+	if n.Server {
+		return nil
+	}
 	var errs []error
 	k := n.Versions.Kubernetes
 	// While servers still run their old version the agent must not be
-	// newer than the oldest of them, nor than the target they move to.
+	// newer than any of them, nor than the target they move to.
 	for _, s := range nodes {
 		if s.Server && minorDistance(s.Versions.Kubernetes, k) > 0 {
 			errs = append(errs, fmt.Errorf("node %s's agent runs Kubernetes %s, newer than server %s's %s: an agent is never newer than the API servers", n.Name, short(k), s.Name, short(s.Versions.Kubernetes)))
 		}
 	}
-	if !n.Server {
-		if minorDistance(m.Target.Kubernetes, k) > 0 {
-			errs = append(errs, fmt.Errorf("node %s's agent runs Kubernetes %s, newer than the target %s", n.Name, short(k), short(m.Target.Kubernetes)))
-		}
-		if d := minorDistance(k, m.Target.Kubernetes); d > MaxAgentSkew {
-			errs = append(errs, fmt.Errorf("node %s's agent runs Kubernetes %s, %d minors behind %s (at most %d): upgrade it first", n.Name, short(k), d, short(m.Target.Kubernetes), MaxAgentSkew))
-		}
+	if minorDistance(m.Target.Kubernetes, k) > 0 {
+		errs = append(errs, fmt.Errorf("node %s's agent runs Kubernetes %s, newer than the target %s", n.Name, short(k), short(m.Target.Kubernetes)))
+	}
+	if d := minorDistance(k, m.Target.Kubernetes); d > MaxAgentSkew {
+		errs = append(errs, fmt.Errorf("node %s's agent runs Kubernetes %s, %d minors behind %s (at most %d): upgrade it first", n.Name, short(k), d, short(m.Target.Kubernetes), MaxAgentSkew))
 	}
 	return errs
 }

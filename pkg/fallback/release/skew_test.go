@@ -85,6 +85,8 @@ func TestCheckUpgrade(t *testing.T) {
 		{"from a development build to a release", []n{{"s1", true, "v1.36.3+steadyplane-v0.0.0-dev"}}, k36r5, false, nil},
 		{"from a release to a development build", three(k36r4), "v1.36.3+steadyplane-v0.0.0-dev", false, nil},
 		{"a development build skipping a Kubernetes minor", []n{{"s1", true, "v1.36.3+steadyplane-v0.0.0-dev"}}, k38r6, false, []string{"skips 1 minor"}},
+		{"the second server of a roll to the next Kubernetes minor", []n{{"s1", true, k37r5}, {"s2", true, k36r4}, {"s3", true, k36r4}, {"w1", false, k36r4}}, k37r5, false, nil},
+		{"a rollback of the first server of a roll", []n{{"s1", true, k37r5}, {"s2", true, k36r4}, {"w1", false, k36r4}}, k36r4, true, nil},
 		{"no server", []n{{"w1", false, k36r4}}, k36r5, false, []string{"no server found"}},
 	}
 	for _, tc := range tests {

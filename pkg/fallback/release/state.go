@@ -61,10 +61,17 @@ type State struct {
 	Phase  Phase   `json:"phase,omitempty"`
 	// StartedBy is the process that runs the target's first start: the
 	// up that handed over, whose pid an exec keeps.
-	StartedBy int `json:"startedBy,omitempty"`
+	StartedBy Process `json:"startedBy,omitempty"`
 	// Reason and Message say why the last move failed.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+}
+
+// Process names one process: its pid and its start time (clock ticks
+// since boot), which a pid reused after a reboot does not share.
+type Process struct {
+	Pid   int    `json:"pid,omitempty"`
+	Ticks uint64 `json:"ticks,omitempty"`
 }
 
 // ReadState reads dir's State; nil with no error when there is none.
@@ -102,16 +109,18 @@ type Decision struct {
 	Note string
 }
 
-// Start decides, at the start of up (binary self, process pid), which
+// Start decides, at the start of up (binary self, process me), which
 // binary runs the data directory:
 //   - a Pending move starts its target, marked Starting by this process;
 //   - the target's first start goes on; a Starting whose process is gone
-//     (the attempt exited, and a service manager started up again)
-//     failed: the current binary runs and Failed says so;
+//     (the attempt died, and a service manager started up again) failed:
+//     the current binary runs and Failed says so;
 //   - otherwise the current binary runs, unless this one is of the same
-//     or a newer release (a move by hand, the k3s way: it becomes current)
-//     or the current one is gone from the disk.
-func Start(st *State, self Binary, pid int, exists func(string) bool, alive func(int) bool) Decision {
+//     or a newer release: then it is a move by hand (the k3s way),
+//     watched as an upgrade's is, so that a failure hands back. A binary
+//     the directory moved away from (the previous one, a failed target)
+//     does not take it back by being started: steadyplane upgrade does.
+func Start(st *State, self Binary, me Process, exists func(string) bool, alive func(Process) bool) Decision {
 	if st == nil {
 		return Decision{Run: self, Write: &State{Current: self}}
 	}
@@ -119,20 +128,20 @@ func Start(st *State, self Binary, pid int, exists func(string) bool, alive func
 	switch st.Phase {
 	case Pending:
 		if st.Target != nil && exists(st.Target.Path) {
-			next.Phase, next.StartedBy, next.Reason, next.Message = Starting, pid, "", ""
+			next.Phase, next.StartedBy, next.Reason, next.Message = Starting, me, "", ""
 			return Decision{Run: *st.Target, Write: &next, Note: fmt.Sprintf("moving to release %s (%s)", st.Target.Release, st.Target.Path)}
 		}
 	case Starting:
-		if st.Target != nil && st.StartedBy == pid && self.Path == st.Target.Path {
+		if st.Target != nil && st.StartedBy == me && self.Path == st.Target.Path {
 			return Decision{Run: self}
 		}
-		if st.StartedBy != pid && alive(st.StartedBy) {
-			// Another up runs the attempt: this one is refused by the
-			// data directory's lock.
+		if st.StartedBy != me && alive(st.StartedBy) {
+			// Another up runs the attempt: the data directory's lock
+			// refuses this one.
 			return Decision{Run: self}
 		}
 		if st.Target != nil {
-			next.Phase, next.StartedBy = Failed, 0
+			next.Phase, next.StartedBy = Failed, Process{}
 			next.Reason = ReasonExited
 			next.Message = fmt.Sprintf("up of release %s exited before it was up", st.Target.Release)
 			run := st.Current
@@ -145,20 +154,24 @@ func Start(st *State, self Binary, pid int, exists func(string) bool, alive func
 	if self.Path == st.Current.Path {
 		return Decision{Run: self}
 	}
-	if !exists(st.Current.Path) || !olderRelease(self.Release, st.Current.Release) {
-		next.Previous, next.Current = &st.Current, self
-		if st.Phase == Pending || st.Phase == Starting {
-			next.Target, next.Phase, next.StartedBy = nil, "", 0
-		}
+	if !exists(st.Current.Path) {
+		// Nothing to go back to: this binary is current.
+		prev := st.Current
+		next.Current, next.Previous, next.Target, next.Phase, next.StartedBy = self, &prev, nil, "", Process{}
 		return Decision{Run: self, Write: &next}
 	}
-	return Decision{Run: st.Current, Note: fmt.Sprintf("this data directory runs release %s (%s); starting it instead of %s (steadyplane upgrade --rollback goes back)", st.Current.Release, st.Current.Path, self.Release)}
+	movedFrom := st.Previous != nil && self.Path == st.Previous.Path || st.Phase == Failed && st.Target != nil && self.Path == st.Target.Path
+	if movedFrom || olderRelease(self.Release, st.Current.Release) {
+		return Decision{Run: st.Current, Note: fmt.Sprintf("this data directory runs release %s (%s); starting it instead of %s (steadyplane upgrade moves it)", st.Current.Release, st.Current.Path, self.Release)}
+	}
+	next.Target, next.Phase, next.StartedBy, next.Reason, next.Message = &self, Starting, me, "", ""
+	return Decision{Run: self, Write: &next, Note: fmt.Sprintf("moving by hand from release %s to %s", st.Current.Release, self.Release)}
 }
 
 // Up is the State once the target's first start is up: the target is
 // current, the binary before it previous. nil when st is no such start.
-func Up(st *State, self Binary, pid int) *State {
-	if st == nil || st.Phase != Starting || st.Target == nil || st.StartedBy != pid || st.Target.Path != self.Path {
+func Up(st *State, self Binary, me Process) *State {
+	if !attempt(st, self, me) {
 		return nil
 	}
 	prev := st.Current
@@ -167,19 +180,38 @@ func Up(st *State, self Binary, pid int) *State {
 
 // StartFailed is the State once the target's first start failed with err:
 // the current binary runs again. nil when st is no such start.
-func StartFailed(st *State, self Binary, pid int, err error) *State {
-	if st == nil || st.Phase != Starting || st.Target == nil || st.StartedBy != pid || st.Target.Path != self.Path {
+func StartFailed(st *State, self Binary, me Process, err error) *State {
+	if !attempt(st, self, me) {
 		return nil
 	}
 	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = Failed, 0, ReasonStartFailed, err.Error()
+	next.Phase, next.StartedBy, next.Reason, next.Message = Failed, Process{}, ReasonStartFailed, err.Error()
 	return &next
 }
 
+// Requeue is the State once this process (me), which marked the move
+// Starting, was stopped (Ctrl-C, SIGTERM) before the target was up: no
+// verdict, the move is asked for again. nil when me marked no move. The
+// up that hands over and the target's up it becomes are the same process.
+func Requeue(st *State, me Process) *State {
+	if st == nil || st.Phase != Starting || st.StartedBy != me {
+		return nil
+	}
+	next := *st
+	next.Phase, next.StartedBy = Pending, Process{}
+	return &next
+}
+
+// attempt says this up (self, me) runs the first start of st's move.
+func attempt(st *State, self Binary, me Process) bool {
+	return st != nil && st.Phase == Starting && st.Target != nil && st.StartedBy == me && st.Target.Path == self.Path
+}
+
 // olderRelease says a is an older release than b; releases that do not
-// parse are not older (they do not block a move by hand).
+// parse, and development builds, are not older (they do not block a move
+// by hand).
 func olderRelease(a, b string) bool {
 	va, errA := buildinfo.ParseRelease(a)
 	vb, errB := buildinfo.ParseRelease(b)
-	return errA == nil && errB == nil && va.LessThan(vb)
+	return errA == nil && errB == nil && !isDev(va) && !isDev(vb) && va.LessThan(vb)
 }

@@ -65,7 +65,10 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 		return fmt.Errorf("%s has no release yet: start steadyplane up on it (as root, with runc) first", dir)
 	}
 	if st.Phase == Starting && st.Target != nil {
-		return fmt.Errorf("a move to release %s is under way (up %d starts it); wait for it to end", st.Target.Release, st.StartedBy)
+		if Alive(st.StartedBy) {
+			return fmt.Errorf("a move to release %s is under way (up %d starts it); wait for it to end", st.Target.Release, st.StartedBy.Pid)
+		}
+		fmt.Fprintf(out, "the move to release %s was left unfinished (its up is gone); this move replaces it\n", st.Target.Release)
 	}
 	var target Binary
 	switch {
@@ -88,7 +91,12 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	}
 	fmt.Fprintf(out, "target: release %s (Kubernetes %s, commit %s)\n", info.Release, info.Kubernetes, info.Commit)
 	if err := checkCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), Move{Target: versions, Rollback: o.Rollback}, out); err != nil {
-		return err
+		// Going back is what a server whose API does not answer may
+		// need most: it goes without the check.
+		if !o.Rollback || !errors.Is(err, errClusterUnread) {
+			return err
+		}
+		fmt.Fprintf(out, "WARNING: %v; going back without checking the version skew\n", err)
 	}
 	if !o.Rollback {
 		installed, err := binary.Install(o.Binary, filepath.Join(dir, "bin"))
@@ -101,8 +109,11 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 		fmt.Fprintf(out, "%s runs release %s already\n", dir, st.Current.Release)
 		return nil
 	}
+	// The API server's revisions before the move: one made after it that
+	// falls back is the move's.
+	revision := latestRevision(ctx, filepath.Join(dir, "admin.kubeconfig"))
 	next := *st
-	next.Target, next.Phase, next.StartedBy, next.Reason, next.Message = &target, Pending, 0, "", ""
+	next.Target, next.Phase, next.StartedBy, next.Reason, next.Message = &target, Pending, Process{}, "", ""
 	if err := WriteState(dir, &next); err != nil {
 		return err
 	}
@@ -118,7 +129,7 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	if err := waitMove(ctx, dir, target, time.Until(deadline), out); err != nil {
 		return err
 	}
-	return waitAPIServer(ctx, filepath.Join(dir, "admin.kubeconfig"), target.Release, time.Until(deadline), out)
+	return waitAPIServer(ctx, filepath.Join(dir, "admin.kubeconfig"), target.Release, revision, time.Until(deadline), out)
 }
 
 // RolledOut says the API server's latest revision runs on every node and
@@ -140,7 +151,7 @@ func RolledOut(k *v1alpha1.KubeAPIServer) bool {
 // /version says so: the operator rolls a revision onto the new binary
 // once up runs it) and the rollout is over. Refusals are waited out: the
 // API server restarts on the way.
-func waitAPIServer(ctx context.Context, kubeconfig, release string, wait time.Duration, out io.Writer) error {
+func waitAPIServer(ctx context.Context, kubeconfig, release string, before int32, wait time.Duration, out io.Writer) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -153,12 +164,8 @@ func waitAPIServer(ctx context.Context, kubeconfig, release string, wait time.Du
 	api := v1alpha1.Client{Dynamic: dynamic.NewForConfigOrDie(cfg)}
 	suffix := buildinfo.Suffix + "-" + release
 	var seen string
-	var before int32 = -1
 	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
 		k, kerr := api.Get(ctx, v1alpha1.Name)
-		if kerr == nil && before < 0 {
-			before = k.Status.LatestAvailableRevision
-		}
 		if kerr == nil && k.Status.LatestAvailableRevision > before {
 			// A revision made since: one that fell back says why.
 			if c := meta.FindStatusCondition(k.Status.Conditions, v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
@@ -166,7 +173,9 @@ func waitAPIServer(ctx context.Context, kubeconfig, release string, wait time.Du
 			}
 		}
 		if v, err := client.Discovery().ServerVersion(); err == nil && strings.HasSuffix(v.GitVersion, suffix) {
-			if kerr == nil && RolledOut(k) {
+			// A new binary makes a new revision (the node's templates
+			// name it): the same release's suffix does not tell.
+			if kerr == nil && k.Status.LatestAvailableRevision > before && RolledOut(k) {
 				fmt.Fprintf(out, "API server on release %s (revision %d)\n", release, k.Status.LatestAvailableRevision)
 				return nil
 			}
@@ -215,6 +224,9 @@ func versionsOf(info buildinfo.Info) (Versions, error) {
 	return Versions{Release: r, Kubernetes: k}, nil
 }
 
+// errClusterUnread says the cluster's Nodes could not be read.
+var errClusterUnread = errors.New("the cluster does not answer")
+
 // checkCluster reads the cluster's Nodes (servers are those with API
 // server templates) and refuses a move the skew policy forbids.
 func checkCluster(ctx context.Context, kubeconfig string, m Move, out io.Writer) error {
@@ -229,7 +241,7 @@ func checkCluster(ctx context.Context, kubeconfig string, m Move, out io.Writer)
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("reading the cluster's Nodes to check version skew (is up running?): %w", err)
+		return fmt.Errorf("%w: reading the cluster's Nodes to check version skew (is up running?): %v", errClusterUnread, err)
 	}
 	var list []Node
 	for _, n := range nodes.Items {
@@ -279,20 +291,47 @@ func waitMove(ctx context.Context, dir string, target Binary, wait time.Duration
 		case st.Current.Path == target.Path && (st.Phase == Done || st.Phase == ""):
 			fmt.Fprintf(out, "%s runs release %s\n", dir, target.Release)
 			return nil
+		case st.Phase == Failed && st.Target != nil && st.Target.Path == target.Path && st.Reason == ReasonUnsupported:
+			return fmt.Errorf("release %s not started: %s", target.Release, st.Message)
 		case st.Phase == Failed && st.Target != nil && st.Target.Path == target.Path:
 			return fmt.Errorf("release %s failed (%s): %s; %s runs release %s again", target.Release, st.Reason, st.Message, dir, st.Current.Release)
 		case st.Phase == Starting && !Alive(st.StartedBy):
-			return fmt.Errorf("release %s failed: its up (%d) exited before it was up; the next start of up (a service manager's, or by hand) runs release %s again and records why", target.Release, st.StartedBy, st.Current.Release)
+			return fmt.Errorf("release %s failed: its up (%d) exited before it was up; the next start of up (a service manager's, or by hand) runs release %s again and records why", target.Release, st.StartedBy.Pid, st.Current.Release)
 		case st.Phase != last:
 			last = st.Phase
 			if st.Phase == Starting {
-				fmt.Fprintf(out, "up %d hands over: the control plane restarts on release %s, the workloads keep running\n", st.StartedBy, target.Release)
+				fmt.Fprintf(out, "up %d hands over: the control plane restarts on release %s, the workloads keep running\n", st.StartedBy.Pid, target.Release)
 			}
 		}
 	}
 	return fmt.Errorf("release %s not up within %v (steadyplane upgrade again waits on)", target.Release, wait)
 }
 
-// Alive says process pid runs (an ended one its parent has not reaped
-// yet does not).
-func Alive(pid int) bool { return procfs.Running(pid) }
+// Alive says process p runs: its pid, started when p was (a pid reused
+// after a reboot is another process), and not ended (an ended one its
+// parent has not reaped yet is not alive).
+func Alive(p Process) bool {
+	ticks, ok := procfs.StartTime(p.Pid)
+	return p.Pid > 0 && ok && ticks == p.Ticks && procfs.Running(p.Pid)
+}
+
+// Me is this process, as State names it.
+func Me() Process {
+	ticks, _ := procfs.StartTime(os.Getpid())
+	return Process{Pid: os.Getpid(), Ticks: ticks}
+}
+
+// latestRevision is the API server's latest revision, -1 when it cannot
+// be read.
+func latestRevision(ctx context.Context, kubeconfig string) int32 {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return -1
+	}
+	cfg.Timeout = 5 * time.Second
+	k, err := v1alpha1.Client{Dynamic: dynamic.NewForConfigOrDie(cfg)}.Get(ctx, v1alpha1.Name)
+	if err != nil {
+		return -1
+	}
+	return k.Status.LatestAvailableRevision
+}

@@ -25,7 +25,7 @@ func TestUpgradeRefusesBeforeAnythingChanges(t *testing.T) {
 		wantErr string
 	}{
 		{"no up ran here", nil, UpgradeOptions{Binary: "/bin/true"}, "has no release yet"},
-		{"a move under way", &State{Current: v1, Target: &v2, Phase: Starting, StartedBy: 7}, UpgradeOptions{Binary: "/bin/true"}, "a move to release v0.9.2 is under way"},
+		{"a move under way", &State{Current: v1, Target: &v2, Phase: Starting, StartedBy: Me()}, UpgradeOptions{Binary: "/bin/true"}, "a move to release v0.9.2 is under way"},
 		{"rollback with nothing before", &State{Current: v1}, UpgradeOptions{Rollback: true}, "no release before v0.9.1"},
 		{"no binary", &State{Current: v1}, UpgradeOptions{}, "--binary names"},
 		{"a binary whose version is no release's", &State{Current: v1}, UpgradeOptions{Binary: "/bin/true"}, "is no steadyplane binary of a release"},
@@ -61,7 +61,8 @@ func TestWaitMove(t *testing.T) {
 	}{
 		{"done", &State{Current: v2, Previous: &v1, Phase: Done}, "", "runs release v0.9.2"},
 		{"failed", &State{Current: v1, Target: &v2, Phase: Failed, Reason: ReasonStartFailed, Message: "etcd: no quorum"}, "release v0.9.2 failed (StartFailed): etcd: no quorum", ""},
-		{"its up died", &State{Current: v1, Target: &v2, Phase: Starting, StartedBy: 1 << 30}, "exited before it was up", ""},
+		{"its up died", &State{Current: v1, Target: &v2, Phase: Starting, StartedBy: Process{Pid: 1 << 30}}, "exited before it was up", ""},
+		{"not started: up cannot hand over", &State{Current: v1, Target: &v2, Phase: Failed, Reason: ReasonUnsupported, Message: "up runs its control plane as child processes"}, "not started: up runs its control plane", ""},
 		{"nothing happens", &State{Current: v1, Target: &v2, Phase: Pending}, "not up within", ""},
 	}
 	for _, tc := range tests {
@@ -106,5 +107,18 @@ func TestRolledOut(t *testing.T) {
 		if got := RolledOut(&v1alpha1.KubeAPIServer{Status: tc.status}); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestAliveNamesOneProcess(t *testing.T) {
+	me := Me()
+	if !Alive(me) {
+		t.Fatalf("this process (%+v) is not alive", me)
+	}
+	if Alive(Process{Pid: me.Pid, Ticks: me.Ticks + 1}) {
+		t.Error("this pid with another start time is alive")
+	}
+	if Alive(Process{}) {
+		t.Error("no process is alive")
 	}
 }
