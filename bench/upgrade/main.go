@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -45,7 +44,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testimage"
-	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 )
 
 func main() {
@@ -78,7 +77,11 @@ func run(ctx context.Context, runs, pods int) error {
 	if err != nil {
 		return err
 	}
-	broken, err := testenv.BrokenRelease("v0.9.3", kubernetesOf(ctx, v2))
+	info, err := release.DescribeBinary(ctx, v2)
+	if err != nil {
+		return err
+	}
+	broken, err := testenv.BrokenRelease("v0.9.3", info.Kubernetes)
 	if err != nil {
 		return err
 	}
@@ -199,16 +202,6 @@ func measure(ctx context.Context, cs kubernetes.Interface, cfg *rest.Config, do 
 		}
 	}
 	return m, nil
-}
-
-// kubernetesOf is the Kubernetes version bin's version gives.
-func kubernetesOf(ctx context.Context, bin string) string {
-	out, err := exec.CommandContext(ctx, bin, "version", "-o", "json").Output()
-	var info buildinfo.Info
-	if err != nil || json.Unmarshal(out, &info) != nil {
-		return ""
-	}
-	return info.Kubernetes
 }
 
 // runSleepers runs n busybox pods (a Deployment) and waits until all run.

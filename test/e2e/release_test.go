@@ -17,6 +17,7 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
@@ -286,9 +287,9 @@ func TestUpgradeCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info buildinfo.Info
-	if out, err := exec.CommandContext(ctx, v2, "version", "-o", "json").Output(); err != nil || json.Unmarshal(out, &info) != nil {
-		t.Fatalf("version of v0.9.2: %v\n%s", err, out)
+	info, err := release.DescribeBinary(ctx, v2)
+	if err != nil {
+		t.Fatal(err)
 	}
 	broken, err := testenv.BrokenRelease("v0.9.3", info.Kubernetes)
 	if err != nil {

@@ -81,7 +81,7 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	default:
 		target.Path = o.Binary
 	}
-	info, err := describeBinary(ctx, target.Path)
+	info, err := DescribeBinary(ctx, target.Path)
 	if err != nil {
 		return err
 	}
@@ -192,8 +192,9 @@ func waitAPIServer(ctx context.Context, kubeconfig, release string, before int32
 	return fmt.Errorf("the API server did not move to release %s within the wait (kubectl get kubeapiserver cluster says why)", release)
 }
 
-// describeBinary runs "<path> version -o json".
-func describeBinary(ctx context.Context, path string) (buildinfo.Info, error) {
+// DescribeBinary is what the steadyplane binary at path says of itself
+// ("<path> version -o json"); an error when it is no binary of a release.
+func DescribeBinary(ctx context.Context, path string) (buildinfo.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b, err := exec.CommandContext(ctx, path, "version", "-o", "json").Output()
