@@ -32,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -52,6 +53,9 @@ const defaultFocus = `\[sig-(node|apps|api-machinery|network)\].*\[Conformance\]
 // serviceCIDR is the run's service range; run refuses it when a route
 // on the machine already covers part of it.
 const serviceCIDR = "10.97.0.0/16"
+
+// conformanceBridge is the pods' bridge of the run's up.
+const conformanceBridge = "spk"
 
 func main() {
 	work := flag.String("work", filepath.Join(os.TempDir(), "steadyplane-conformance"), "directory for the built programs, the cluster's data and the reports (kept; a run starts with a fresh data directory)")
@@ -166,14 +170,14 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 	defer undrop()
 
 	dataDir := filepath.Join(work, "data")
-	if err := os.RemoveAll(dataDir); err != nil {
-		return 0, fmt.Errorf("a fresh data directory: %w (a mount of an earlier run left? see findmnt)", err)
+	if err := freshDataDir(ctx, steadyplane, dataDir); err != nil {
+		return 0, err
 	}
 	ports, err := testenv.FreePorts(testenv.UpPorts)
 	if err != nil {
 		return 0, err
 	}
-	upArgs, cleanup := testenv.UpArgs(dataDir, ports, 245, "spk", "--service-cidr", serviceCIDR)
+	upArgs, cleanup := testenv.UpArgs(dataDir, ports, 245, conformanceBridge, "--service-cidr", serviceCIDR)
 	fmt.Println("starting steadyplane up:", strings.Join(upArgs, " "))
 	up, err := testenv.StartUp(ctx, steadyplane, upArgs)
 	if err != nil {
@@ -319,4 +323,22 @@ func (r results) print(w *os.File) int {
 	}
 	fmt.Fprintf(w, "passed %d, failed %d, skipped by the suite %d\n", counts["passed"], len(bad), counts["skipped"])
 	return len(bad)
+}
+
+// freshDataDir removes the data directory of an earlier run. A run that was
+// killed (a CI job cancelled, a machine's session ended) leaves its pods'
+// processes, namespace and root-filesystem mounts behind, which a plain
+// removal cannot pass: "steadyplane cleanup", as a user would run it after a
+// kill -9 of up, stops and unmounts them first.
+func freshDataDir(ctx context.Context, steadyplane, dataDir string) error {
+	if _, err := os.Stat(dataDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, steadyplane, "cleanup", "--data-dir", dataDir, "--cni-bridge", conformanceBridge, "--remove-data")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	fmt.Println("cleaning up after an earlier run:", strings.Join(cmd.Args, " "))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("a fresh data directory: steadyplane cleanup: %w (see findmnt for mounts left under %s)", err, dataDir)
+	}
+	return nil
 }
