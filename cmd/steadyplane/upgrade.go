@@ -12,20 +12,27 @@ func newUpgradeCommand() *cobra.Command {
 	o := release.UpgradeOptions{DataDir: ".steadyplane", Wait: 5 * time.Minute}
 	cmd := &cobra.Command{
 		Use:   "upgrade",
-		Short: "Move this server to another steadyplane release; its workloads keep running",
+		Short: "Move this server, or every node of its cluster one at a time, to another steadyplane release; pods keep running",
 		Long: `Move the server of a data directory to another steadyplane binary (--binary) or back to
 the one before (--rollback). Before anything changes it runs the binary's version, and reads
 the cluster's Nodes to refuse what upstream's version-skew policy forbids (a skipped minor,
 a node agent newer than the servers). It then keeps the binary in the data directory by its
-content and asks the server's up to hand over: the control plane stops, the workloads keep
+content.
+
+On a single server it asks up to hand over: the control plane stops, the workloads keep
 running, and up continues as the new binary, which adopts the pods (same containers,
 restart counts, readiness). The API server moves as a revision its startup monitor watches.
 If the new release cannot start, up hands back to the previous one by itself; if it dies,
-the next start of up (a service manager's, or by hand) runs the previous one. This command
-waits for either and says which (--wait 0 does not wait).
+the next start of up (a service manager's, or by hand) runs the previous one.
 
-It moves this server only: run it on each server in turn, then restart the workers' node
-agents with the new binary (steadyplane node --stop-pods-on-exit=false keeps their pods).`,
+In a cluster (more than one Node) it sets the release (version and digest) on the
+KubeAPIServer "cluster", and the operator rolls it: the servers one at a time, each only
+once the one before is healthy on it, then the workers, whose node agents hand over in
+place. Every node fetches the binary from another over the node API, checked by its digest.
+A node that cannot start the release goes back by itself and the rollout stops there
+(Degraded names the node and the reason); a fixed release rolls on.
+
+It waits for the end and prints each step (--wait 0 does not wait).`,
 		Example: `  sudo steadyplane upgrade --binary ./steadyplane-next
   sudo steadyplane upgrade --rollback --data-dir /var/lib/steadyplane`,
 		Args: cobra.NoArgs,

@@ -12,9 +12,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
@@ -137,4 +139,67 @@ func readRecord(dir string) map[string]installed {
 		return map[string]installed{}
 	}
 	return rec
+}
+
+// Digest is "sha256:<hex>" of the file at path: a release is named by it
+// wherever it is copied.
+func Digest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ParseDigest returns the hex of a "sha256:<64 hex>" digest.
+func ParseDigest(digest string) (string, error) {
+	h, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(h) != sha256.Size*2 || strings.Trim(h, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%q is no digest: want sha256: and 64 lowercase hex digits", digest)
+	}
+	return h, nil
+}
+
+// Find is the copy Install made in dir of the binary with digest, checked
+// by its content; an error wrapping fs.ErrNotExist when dir has none.
+func Find(dir, digest string) (string, error) {
+	h, err := ParseDigest(digest)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, Prefix+h[:12])
+	got, err := cachedDigest(path)
+	if err != nil {
+		return "", err
+	}
+	if got != digest {
+		return "", fmt.Errorf("%s is %s, not %s: %w", path, got, digest, fs.ErrNotExist)
+	}
+	return path, nil
+}
+
+// digests caches Digest by file identity: a node serving a release to
+// the others reads a quarter of a gigabyte once, not once per request.
+var digests sync.Map // fileIdent+path -> string
+
+// cachedDigest is Digest of path, read again only when the file changed.
+func cachedDigest(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s %+v", path, identify(st))
+	if d, ok := digests.Load(key); ok {
+		return d.(string), nil
+	}
+	d, err := Digest(path)
+	if err == nil {
+		digests.Store(key, d)
+	}
+	return d, err
 }

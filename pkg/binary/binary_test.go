@@ -1,6 +1,8 @@
 package binary
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +77,38 @@ func TestInstall(t *testing.T) {
 func TestImageRef(t *testing.T) {
 	if got := ImageRef("/d/bin/steadyplane-12d5cd6e12f2"); got != "steadyplane.io/steadyplane:12d5cd6e12f2" {
 		t.Errorf("ImageRef = %s", got)
+	}
+}
+
+func TestFindByDigest(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "steadyplane")
+	if err := os.WriteFile(src, []byte("a release"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	installed, err := Install(src, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := Digest(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Find(dir, digest); err != nil || got != installed {
+		t.Fatalf("Find(%s) = %q, %v; want %q", digest, got, err, installed)
+	}
+	other := "sha256:" + strings.Repeat("0", 64)
+	if _, err := Find(dir, other); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Find of a digest not installed: %v, want not-exist", err)
+	}
+	// A copy whose name matches but whose content does not is not served.
+	same := digest[:len("sha256:")+12] + strings.Repeat("0", 52)
+	if _, err := Find(dir, same); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Find of a digest sharing the name's 12 digits: %v, want not-exist", err)
+	}
+	for _, bad := range []string{"", "sha256:", "sha256:XYZ", "md5:" + strings.Repeat("0", 64), "sha256:" + strings.Repeat("A", 64), "sha256:../../etc/passwd"} {
+		if _, err := Find(dir, bad); err == nil || errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Find(%q) = %v, want a clear refusal", bad, err)
+		}
 	}
 }

@@ -71,7 +71,9 @@ type ControlPlane struct {
 	// process); staticPods is set when Run runs the control plane as
 	// static pods on the node agent.
 	nodeRuntime string
-	staticPods  bool
+	// nodeKubeconfig has the node agent's credentials (system:node:<name>).
+	nodeKubeconfig string
+	staticPods     bool
 	// proxyMode is kube-proxy's mode on this machine.
 	proxyMode string
 	// dns is the cluster's DNS, nil without; dnsImage adds its image to

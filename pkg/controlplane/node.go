@@ -30,6 +30,7 @@ func (cp *ControlPlane) prepareNode() error {
 	if err != nil {
 		return err
 	}
+	cp.nodeKubeconfig = kubeconfig
 	nodeIP := cp.addr.node()
 	// The node API's serving certificate, for the address the API server
 	// dials (the Node's InternalIP) and the node's name.

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
-	"github.com/steadyplane/steadyplane/pkg/buildinfo"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 )
 
@@ -20,101 +22,20 @@ import (
 // service manager or by hand) finds the attempt gone and runs the
 // previous binary (release.Start).
 
-// exists says a file is there.
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-// thisBinary is the binary this up runs, as the release state names it.
-func thisBinary() (release.Binary, error) {
-	path, err := os.Executable()
-	if err != nil {
-		return release.Binary{}, err
-	}
-	return release.Binary{Path: path, Release: buildinfo.Get().Release}, nil
-}
-
-// chooseRelease is runFromDataDir's choice of the binary to run, with
-// installed (this binary's copy) as self: release.Start on the data
-// directory's state, written back when it changes.
-func chooseRelease(dataDir, installed string, progress func(format string, args ...any)) (string, error) {
-	st, err := release.ReadState(dataDir)
-	if err != nil {
-		// A torn or edited file must not keep the server down: set
-		// aside, it starts this binary as on a new data directory.
-		bad := filepath.Join(dataDir, release.StateFile+".bad")
-		if rerr := os.Rename(filepath.Join(dataDir, release.StateFile), bad); rerr != nil {
-			return "", err
-		}
-		progress("WARNING: %v; set aside as %s, running this binary", err, bad)
-		st = nil
-	}
-	d := release.Start(st, release.Binary{Path: installed, Release: buildinfo.Get().Release}, release.Me(), exists, release.Alive)
-	if d.Write != nil {
-		if err := release.WriteState(dataDir, d.Write); err != nil {
-			return "", err
-		}
-	}
-	if d.Note != "" {
-		progress("%s", d.Note)
-	}
-	return d.Run.Path, nil
-}
-
 // releaseUp records that this up, the first start of a move's target, is
 // up: the move is done.
-func (cp *ControlPlane) releaseUp() {
-	me, err := thisBinary()
-	if err != nil {
-		return
-	}
-	st, err := release.ReadState(string(cp.dir))
-	if err != nil {
-		cp.progressf("release state: %v", err)
-		return
-	}
-	if next := release.Up(st, me, release.Me()); next != nil {
-		if err := release.WriteState(string(cp.dir), next); err != nil {
-			cp.progressf("release state: %v", err)
-			return
-		}
-		cp.progressf("release %s is up (moved from %s; steadyplane upgrade --rollback goes back)", me.Release, next.Previous.Release)
-	}
-}
+func (cp *ControlPlane) releaseUp() { release.MarkUp(string(cp.dir), cp.progressf) }
 
 // releaseStartFailed handles err, which ended this up's start: when this
-// up is a move's first start, the move failed, and the previous binary
-// takes the data directory back (handOver, which returns only on failure).
-// Otherwise it returns err.
+// up is a move's first start, the previous binary takes the data
+// directory back (handOver, which returns only on failure). Otherwise it
+// returns err.
 func (cp *ControlPlane) releaseStartFailed(ctx context.Context, err error) error {
-	return releaseFailed(string(cp.dir), err, cp.progressf, func(binary string) error { return cp.handOver(ctx, binary) })
+	return release.HandBack(string(cp.dir), err, cp.progressf, func(binary string) error { return cp.handOver(ctx, binary) })
 }
 
-// releaseFailed records err as the failure of the move this up starts, if
-// it is one, and hands back to the previous binary with handBack.
-func releaseFailed(dir string, err error, progress func(format string, args ...any), handBack func(binary string) error) error {
-	me, serr := thisBinary()
-	if serr != nil {
-		return err
-	}
-	st, rerr := release.ReadState(dir)
-	if rerr != nil {
-		return err
-	}
-	next := release.StartFailed(st, me, release.Me(), err)
-	if next == nil || !exists(next.Current.Path) {
-		return err
-	}
-	if werr := release.WriteState(dir, next); werr != nil {
-		return fmt.Errorf("%w (and recording the failed move: %v)", err, werr)
-	}
-	progress("release %s could not start (%v); handing back to %s", me.Release, err, next.Current.Release)
-	return handBack(next.Current.Path)
-}
-
-// releasePrepareFailed is releaseFailed for an up that failed before it
-// started anything: the previous binary is exec'd at once.
+// releasePrepareFailed is releaseStartFailed for an up that failed before
+// it started anything: the previous binary is exec'd at once.
 func releasePrepareFailed(o Options, err error) error {
 	dir, aerr := filepath.Abs(o.DataDir)
 	if aerr != nil {
@@ -128,7 +49,7 @@ func releasePrepareFailed(o Options, err error) error {
 			fmt.Fprintf(o.Out, format+"\n", args...)
 		}
 	}
-	return releaseFailed(dir, err, progress, func(binary string) error {
+	return release.HandBack(dir, err, progress, func(binary string) error {
 		return syscall.Exec(binary, os.Args, os.Environ())
 	})
 }
@@ -136,30 +57,15 @@ func releasePrepareFailed(o Options, err error) error {
 // releaseRequested is the binary a pending move asks this up to hand over
 // to, or "".
 func (cp *ControlPlane) releaseRequested() string {
-	st, err := release.ReadState(string(cp.dir))
-	if err != nil || st == nil || st.Phase != release.Pending || st.Target == nil || !exists(st.Target.Path) {
-		return ""
-	}
-	if me, err := thisBinary(); err == nil && me.Path == st.Target.Path {
-		return ""
-	}
 	if !cp.staticPods {
-		next := *st
-		next.Phase, next.Reason = release.Failed, release.ReasonUnsupported
-		next.Message = "up runs its control plane as child processes (--static-pods=false, or no runc): stop it and start the new binary's up by hand"
-		_ = release.WriteState(string(cp.dir), &next)
-		cp.progressf("release %s: %s", st.Target.Release, next.Message)
+		release.Unsupported(string(cp.dir), "up runs its control plane as child processes (--static-pods=false, or no runc): stop it and start the new binary's up by hand", cp.progressf)
 		return ""
 	}
-	// Marked before the exec: the target's up (this pid) is the attempt.
-	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = release.Starting, release.Me(), "", ""
-	if err := release.WriteState(string(cp.dir), &next); err != nil {
-		cp.progressf("release state: %v", err)
-		return ""
+	target := release.Requested(string(cp.dir), cp.progressf)
+	if target != "" {
+		cp.progressf("moving to another release: the control plane stops, the workloads keep running")
 	}
-	cp.progressf("moving to release %s: the control plane stops, the workloads keep running", st.Target.Release)
-	return st.Target.Path
+	return target
 }
 
 // handOver stops the control plane, leaves the workloads running, and
@@ -182,14 +88,40 @@ func (cp *ControlPlane) handOver(ctx context.Context, binary string) error {
 
 // releaseRequeue asks again for a move this up marked Starting and did
 // not finish: it was stopped.
-func (cp *ControlPlane) releaseRequeue() {
-	st, err := release.ReadState(string(cp.dir))
-	if err != nil {
+func (cp *ControlPlane) releaseRequeue() { release.RequeueStopped(string(cp.dir), cp.progressf) }
+
+// followRelease runs this server's side of the cluster's release rollout
+// (release.Follower) until ctx ends: the operator asks the servers to move
+// one at a time through their Nodes, and this up's supervision hands over
+// once the binary is installed and the move asked for.
+func (cp *ControlPlane) followRelease(ctx context.Context) {
+	if !cp.staticPods || cp.nodeKubeconfig == "" {
 		return
 	}
-	if next := release.Requeue(st, release.Me()); next != nil {
-		if err := release.WriteState(string(cp.dir), next); err == nil {
-			cp.progressf("the move to release %s was stopped before it was up; the next up starts it again", next.Target.Release)
+	client, err := cp.adminClient()
+	if err != nil {
+		cp.progressf("release: %v; this server does not follow the cluster's release", err)
+		return
+	}
+	peer, err := clientcmd.BuildConfigFromFlags("", cp.nodeKubeconfig)
+	if err != nil {
+		cp.progressf("release: %v; this server does not follow the cluster's release", err)
+		return
+	}
+	// Workers have no copy of the node API's CA: the servers publish it
+	// (until it is written: an API server may be restarting).
+	for {
+		err := release.PublishNodeAPICA(ctx, client, cp.pki.KubeletCA.CertPEM)
+		if err == nil {
+			break
+		}
+		cp.progressf("release: publishing the node API's CA: %v (trying again)", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
 		}
 	}
+	f := &release.Follower{Client: client, NodeName: cp.opts.NodeName, DataDir: string(cp.dir), Peer: peer, Progress: cp.progressf}
+	f.Run(ctx)
 }

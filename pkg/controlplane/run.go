@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/steadyplane/steadyplane/pkg/binary"
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
@@ -109,6 +110,7 @@ func Run(ctx context.Context, o Options) error {
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
 	cp.releaseUp()
+	go cp.followRelease(ctx)
 	// From now on up only supervises: what starting made (configurations,
 	// clients, the DNS image's buffers) goes back to the system.
 	debug.FreeOSMemory()
@@ -270,7 +272,7 @@ func runFromDataDir(o *Options) error {
 	}
 	// The data directory may run another release (a move asked for, one
 	// that failed, a newer one current): release.Start decides.
-	run, err := chooseRelease(dataDir, installed, func(format string, args ...any) {
+	run, err := release.Choose(dataDir, installed, func(format string, args ...any) {
 		if o.Out != nil {
 			fmt.Fprintf(o.Out, format+"\n", args...)
 		}

@@ -2,6 +2,7 @@ package join
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 
@@ -117,16 +119,25 @@ func PublishServers(ctx context.Context, client kubernetes.Interface, caPEM []by
 	return applyClusterInfo(ctx, client, string(data))
 }
 
+// Servers joining at once write the same objects: a write that lost the
+// race reads the object again and writes once more (RetryOnConflict).
+
 func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Secret) error {
 	api := client.CoreV1().Secrets(s.Namespace)
-	existing, err := api.Get(ctx, s.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = api.Create(ctx, s, metav1.CreateOptions{})
-	case err == nil:
-		existing.Data, existing.StringData, existing.Labels = s.Data, s.StringData, s.Labels
-		_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
-	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		existing, err := api.Get(ctx, s.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = api.Create(ctx, s, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return conflict(s.Name)
+			}
+		case err == nil:
+			existing.Data, existing.StringData, existing.Labels = s.Data, s.StringData, s.Labels
+			_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
@@ -137,22 +148,34 @@ func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Sec
 // the signatures the bootstrap signer adds when it did not change.
 func applyClusterInfo(ctx context.Context, client kubernetes.Interface, kubeconfig string) error {
 	api := client.CoreV1().ConfigMaps(metav1.NamespacePublic)
-	existing, err := api.Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = api.Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: bootstrapapi.ConfigMapClusterInfo, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
-			Data:       map[string]string{bootstrapapi.KubeConfigKey: kubeconfig},
-		}, metav1.CreateOptions{})
-	case err == nil && existing.Data[bootstrapapi.KubeConfigKey] != kubeconfig:
-		if existing.Data == nil {
-			existing.Data = map[string]string{}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		existing, err := api.Get(ctx, bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = api.Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: bootstrapapi.ConfigMapClusterInfo, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
+				Data:       map[string]string{bootstrapapi.KubeConfigKey: kubeconfig},
+			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return conflict(bootstrapapi.ConfigMapClusterInfo)
+			}
+		case err == nil && existing.Data[bootstrapapi.KubeConfigKey] != kubeconfig:
+			if existing.Data == nil {
+				existing.Data = map[string]string{}
+			}
+			existing.Data[bootstrapapi.KubeConfigKey] = kubeconfig
+			_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
 		}
-		existing.Data[bootstrapapi.KubeConfigKey] = kubeconfig
-		_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("configmap %s/%s: %w", metav1.NamespacePublic, bootstrapapi.ConfigMapClusterInfo, err)
 	}
 	return nil
+}
+
+// conflict turns a create that lost the race into a conflict, for
+// RetryOnConflict to read the object and write it again.
+func conflict(name string) error {
+	return apierrors.NewConflict(corev1.Resource("objects"), name, errors.New("created meanwhile"))
 }

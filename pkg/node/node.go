@@ -26,6 +26,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
@@ -83,7 +84,6 @@ func Run(ctx context.Context, c Config) error {
 		debug.SetGCPercent(agentGCPercent)
 	}
 	o := &c.Agent
-	var proxyKubeconfig string
 	if c.Server != "" {
 		// Static pods name their files by absolute path.
 		root, err := filepath.Abs(o.RootDir)
@@ -91,6 +91,30 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 		o.RootDir = root
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return err
+		}
+		if err := c.runFromRootDir(); err != nil {
+			return err
+		}
+	}
+	err := c.run(ctx)
+	switch {
+	case ctx.Err() != nil && c.Server != "":
+		// Stopped while starting: no verdict on a move.
+		release.RequeueStopped(o.RootDir, c.printf)
+	case err != nil:
+		// The first start of a move that fails hands back.
+		return c.handBack(err)
+	}
+	return err
+}
+
+// run runs the agent once Run chose the binary.
+func (c *Config) run(ctx context.Context) error {
+	o := &c.Agent
+	var proxyKubeconfig string
+	if c.Server != "" {
 		creds, err := c.joinWorker(ctx)
 		if err != nil {
 			return err
@@ -135,6 +159,9 @@ func Run(ctx context.Context, c Config) error {
 	a, err := agent.New(cfg, *o)
 	if err != nil {
 		return err
+	}
+	if c.Server != "" {
+		go c.followRelease(ctx, cfg)
 	}
 	return a.Run(ctx)
 }

@@ -82,6 +82,12 @@ func GroupBinding(role, group string) any {
 	return binding(role, "", "ClusterRole", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group})
 }
 
+// NamespacedGroupBinding binds Role role in namespace to group, under the
+// role's name.
+func NamespacedGroupBinding(role, namespace, group string) any {
+	return binding(role, namespace, "Role", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: group})
+}
+
 // NamedGroupBinding binds ClusterRole role to group under name: for a
 // role of upstream's bootstrap policy, whose own name is taken by
 // upstream's binding of it.

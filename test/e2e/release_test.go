@@ -325,6 +325,18 @@ func TestUpgradeCommand(t *testing.T) {
 	if out, err := upgrade("--rollback"); err == nil || !strings.Contains(out, "no release before v0.9.1") {
 		t.Errorf("upgrade --rollback with nothing before: %v", err)
 	}
+	// The version-skew policy, against the running cluster: a release
+	// minor skipped (v0.9 to v0.11) is refused with the rule it breaks.
+	skipping, err := testenv.BinaryOfRelease("v0.11.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := upgrade("--binary", skipping); err == nil || !strings.Contains(out, "refused, nothing changed") {
+		t.Errorf("upgrade skipping a release minor: %v, want a refusal", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dataDir, release.StateFile)); err != nil || strings.Contains(string(b), "v0.11.0") {
+		t.Errorf("a refused upgrade changed %s: %v\n%s", release.StateFile, err, b)
+	}
 
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
 	cmd.Dir = work

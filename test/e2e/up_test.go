@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,19 +159,25 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 		// The previous kill may have it restarting (a controller that
 		// lost its lease while the API server was away exits, and the
 		// node agent starts it again after its backoff).
-		pid := 0
-		for deadline := time.Now().Add(time.Minute); pid == 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			pid = componentPid(c.subcommand)
-		}
-		if pid == 0 {
-			t.Fatalf("%s process not found within a minute", c.subcommand)
-		}
-		before := ""
-		if c.lease != "" {
-			before = holder(c.lease)
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		// One that exits between being found and the kill is found again.
+		pid, before := 0, ""
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s process not found (and killed) within a minute", c.subcommand)
+			}
+			if pid = componentPid(c.subcommand); pid == 0 {
+				continue
+			}
+			if c.lease != "" {
+				before = holder(c.lease)
+			}
+			err := syscall.Kill(pid, syscall.SIGKILL)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.ESRCH) {
+				t.Fatal(err)
+			}
 		}
 		deadline := time.Now().Add(3 * time.Minute)
 		for {

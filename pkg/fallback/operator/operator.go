@@ -8,6 +8,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -100,8 +101,21 @@ func (o *Operator) Run(ctx context.Context) error {
 		WatchFunc: func(lo metav1.ListOptions) (watch.Interface, error) { return api.Watch(ctx, lo) },
 	}, &unstructured.Unstructured{})
 	var synced []cache.InformerSynced
-	for _, inf := range []cache.SharedIndexInformer{cms, secrets, installers, mirrors, kubeAPIServers} {
-		if _, err := inf.AddEventHandler(enqueue); err != nil {
+	// A release rolls through the Nodes' annotations.
+	nodes := informer(cache.NewListWatchFromClient(core, "nodes", metav1.NamespaceAll, fields.Everything()), &corev1.Node{})
+	for _, inf := range []cache.SharedIndexInformer{cms, secrets, installers, mirrors, kubeAPIServers, nodes} {
+		handler := cache.ResourceEventHandler(enqueue)
+		if inf == nodes {
+			// Nodes change at every heartbeat; a rollout looks only at
+			// their release annotations and readiness.
+			handler = cache.ResourceEventHandlerFuncs{AddFunc: enqueue.AddFunc, DeleteFunc: enqueue.DeleteFunc,
+				UpdateFunc: func(old, cur any) {
+					if releaseFacts(old) != releaseFacts(cur) {
+						o.queue.Add(v1alpha1.Name)
+					}
+				}}
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
 		}
 		synced = append(synced, inf.HasSynced)
@@ -142,3 +156,13 @@ const syncRetryMax = 2 * time.Second
 
 // operandSelector selects the operand's mirror pods in kube-system.
 const operandSelector = "component=" + Operand
+
+// releaseFacts is what a release rollout reads of a Node.
+func releaseFacts(obj any) string {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return ""
+	}
+	a := n.Annotations
+	return fmt.Sprint(a[v1alpha1.ReleaseTargetAnnotation], a[v1alpha1.ReleaseRunningAnnotation], a[v1alpha1.ReleaseFailedAnnotation], nodeReady(n))
+}

@@ -23,6 +23,8 @@ const (
 	// steadyplane-system: it reads the revisions.
 	InstallerServiceAccount = "installer"
 	installerRole           = "steadyplane:installer"
+	// ReleaseReaderRole lets the nodes fetch a release from each other.
+	ReleaseReaderRole = "steadyplane:release-reader"
 )
 
 // LeaseName is the Lease in steadyplane-system by which one of the operators
@@ -47,8 +49,9 @@ func RBAC() []any {
 			rule(v1alpha1.Group, []string{v1alpha1.Resource + "/status"}, "update"),
 			// Events of a cluster-scoped object are in "default".
 			rule("", []string{"events"}, "create", "patch"),
-			// A server whose Node is gone is no longer rolled.
-			rule("", []string{"nodes"}, "get"),
+			// A server whose Node is gone is no longer rolled; a release
+			// is rolled through annotations on the Nodes.
+			rule("", []string{"nodes"}, append(watch, "patch")...),
 		}},
 		rbacutil.UserBinding(OperatorUser, "", OperatorUser),
 		&rbacv1.Role{ObjectMeta: meta(OperatorUser, ns), Rules: []rbacv1.PolicyRule{
@@ -65,6 +68,10 @@ func RBAC() []any {
 		rbacutil.ServiceAccountBinding(installerRole, ns, InstallerServiceAccount),
 		&rbacv1.Role{ObjectMeta: meta(MonitorUser, metav1.NamespaceSystem), Rules: []rbacv1.PolicyRule{rule("", []string{"pods"}, "get")}},
 		rbacutil.UserBinding(MonitorUser, metav1.NamespaceSystem, MonitorUser),
+		// Every node may fetch a release's binary from another node's API
+		// (the kubelet API's nodes/releases).
+		&rbacv1.ClusterRole{ObjectMeta: meta(ReleaseReaderRole, ""), Rules: []rbacv1.PolicyRule{rule("", []string{"nodes/releases"}, "get")}},
+		rbacutil.GroupBinding(ReleaseReaderRole, "system:nodes"),
 	}
 }
 

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -65,22 +66,37 @@ func (o *Operator) Sync(ctx context.Context) (time.Duration, error) {
 	// sync is retried with the error.
 	var installErr error
 	if node, ok := NextInstall(st.NodeStatuses, latest); ok && latest > 0 {
-		if installErr = o.install(ctx, st, node, event); installErr != nil {
-			event(Event{corev1.EventTypeWarning, "InstallFailed", fmt.Sprintf("node %s: revision %d: %v", node, latest, installErr)})
+		// A server handing over to a release has its control plane down:
+		// the revision waits, so that one API server is down at a time.
+		moving, err := o.releaseMoving(ctx, obj.Spec.Release)
+		switch {
+		case err != nil:
+			installErr = err
+		case moving != "":
+			o.Log.Info("revision waits for a release move", "revision", latest, "node", node, "moving", moving)
+		default:
+			if installErr = o.install(ctx, st, node, event); installErr != nil {
+				event(Event{corev1.EventTypeWarning, "InstallFailed", fmt.Sprintf("node %s: revision %d: %v", node, latest, installErr)})
+			}
 		}
 	}
 
 	for _, c := range conditions(*st, o.Retry, obj.Generation, inputErr) {
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
+	rolling, releaseErr := o.syncRelease(ctx, obj, st, event)
 	o.Metrics.observe(*st)
 	if err := o.updateStatus(ctx, obj, *st); err != nil {
 		return 0, err
 	}
-	if installErr != nil {
-		return 0, installErr
+	if err := errors.Join(installErr, releaseErr); err != nil {
+		return 0, err
 	}
-	return requeueAfter(rev.RetryIn, st.NodeStatuses), o.prune(ctx, st)
+	next := requeueAfter(rev.RetryIn, st.NodeStatuses)
+	if rolling && (next == 0 || next > inFlightPoll) {
+		next = inFlightPoll
+	}
+	return next, o.prune(ctx, st)
 }
 
 // eventer records Events on obj, and logs them: the Events of a rollout may
@@ -237,6 +253,9 @@ func (o *Operator) installed(ns v1alpha1.NodeStatus) time.Time {
 
 // inputs gathers what a revision is made of; an error names what is missing.
 func (o *Operator) inputs(spec v1alpha1.KubeAPIServerSpec) (Inputs, error) {
+	// The release is no input of a revision: a server's move to it renders
+	// its templates anew, which makes the revision.
+	spec.Release = nil
 	in := Inputs{Spec: spec, ConfigMaps: map[string]map[string]string{}, Secrets: map[string]map[string][]byte{}}
 	for _, name := range spec.ConfigMaps {
 		cm, err := o.cmLister.Get(name)

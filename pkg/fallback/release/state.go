@@ -21,6 +21,9 @@ type Binary struct {
 	Path string `json:"path"`
 	// Release is what that binary's "version" says.
 	Release string `json:"release"`
+	// Digest is "sha256:<hex>" of the binary when a cluster's rollout
+	// asked for it ("" when moved by hand or by upgrade on this server).
+	Digest string `json:"digest,omitempty"`
 }
 
 // Phase is where a move to another binary stands.

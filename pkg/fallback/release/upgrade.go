@@ -90,7 +90,8 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 		return fmt.Errorf("%s: %w", target.Path, err)
 	}
 	fmt.Fprintf(out, "target: release %s (Kubernetes %s, commit %s)\n", info.Release, info.Kubernetes, info.Commit)
-	if err := checkCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), Move{Target: versions, Rollback: o.Rollback}, out); err != nil {
+	nodes, err := checkCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), Move{Target: versions, Rollback: o.Rollback}, out)
+	if err != nil {
 		// Going back is what a server whose API does not answer may
 		// need most: it goes without the check.
 		if !o.Rollback || !errors.Is(err, errClusterUnread) {
@@ -104,6 +105,10 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 			return fmt.Errorf("installing %s: %w", o.Binary, err)
 		}
 		target = Binary{Path: installed, Release: info.Release}
+	}
+	if len(nodes) > 1 {
+		// A cluster moves through its operator, one node at a time.
+		return upgradeCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), target, o.Wait, out)
 	}
 	if target.Path == st.Current.Path {
 		fmt.Fprintf(out, "%s runs release %s already\n", dir, st.Current.Release)
@@ -230,34 +235,34 @@ var errClusterUnread = errors.New("the cluster does not answer")
 
 // checkCluster reads the cluster's Nodes (servers are those with API
 // server templates) and refuses a move the skew policy forbids.
-func checkCluster(ctx context.Context, kubeconfig string, m Move, out io.Writer) error {
+func checkCluster(ctx context.Context, kubeconfig string, m Move, out io.Writer) ([]Node, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("reading the cluster to check version skew: %w", err)
+		return nil, fmt.Errorf("reading the cluster to check version skew: %w", err)
 	}
 	cfg.Timeout = 10 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("%w: reading the cluster's Nodes to check version skew (is up running?): %v", errClusterUnread, err)
+		return nil, fmt.Errorf("%w: reading the cluster's Nodes to check version skew (is up running?): %v", errClusterUnread, err)
 	}
 	var list []Node
 	for _, n := range nodes.Items {
 		v, err := ParseNodeVersion(n.Status.NodeInfo.KubeletVersion)
 		if err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		_, terr := client.CoreV1().ConfigMaps(v1alpha1.Namespace).Get(ctx, operator.TemplatesName(n.Name), metav1.GetOptions{})
 		list = append(list, Node{Name: n.Name, Server: terr == nil, Versions: v})
 		fmt.Fprintf(out, "node %s: %s\n", n.Name, v)
 	}
 	if err := CheckUpgrade(list, m); err != nil {
-		return fmt.Errorf("refused, nothing changed:\n%w", err)
+		return nil, fmt.Errorf("refused, nothing changed:\n%w", err)
 	}
-	return nil
+	return list, nil
 }
 
 // upRuns says an up holds dir's lock.

@@ -17,10 +17,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -297,7 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.APIAddress != "" {
 		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
 			ClientCAFile: a.opts.ClientCAFile, NodeName: a.opts.NodeName, Client: a.client,
-			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{})}, nodeAPIHost{a})
+			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReleaseDir: releaseDir()}, nodeAPIHost{a})
 		if err != nil {
 			return err
 		}
@@ -391,4 +394,15 @@ func checkLoopback(address string) error {
 		return fmt.Errorf("--metrics-bind-address=%q: the read-only endpoint answers without authentication, so it listens on a loopback address only (e.g. 127.0.0.1:10255)", address)
 	}
 	return nil
+}
+
+// releaseDir is where the binaries this node installed are, served to the
+// nodes that move to one of them: the directory of the installed copy the
+// agent runs, "" when it runs another file (go run, a test's build).
+func releaseDir() string {
+	self, err := os.Executable()
+	if err != nil || !strings.HasPrefix(filepath.Base(self), binary.Prefix) {
+		return ""
+	}
+	return filepath.Dir(self)
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
 )
 
@@ -39,6 +40,7 @@ func TestAttributes(t *testing.T) {
 		{"GET", "/podsX", "get", "proxy"},
 		{"GET", "/metricsfoo", "get", "proxy"},
 		{"DELETE", "/pods", "delete", "pods"},
+		{"GET", "/releases/sha256:00", "get", "releases"},
 	} {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			a := Attributes(u, tt.method, tt.path, "n1")
@@ -196,5 +198,51 @@ func TestDialInNetNS(t *testing.T) {
 	}
 	if _, err := DialInNetNS(context.Background(), filepath.Join(t.TempDir(), "none"), port); err == nil {
 		t.Error("dialing in a namespace that does not exist succeeded")
+	}
+}
+
+// TestReleases serves an installed binary by its digest, and nothing else.
+func TestReleases(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "steadyplane")
+	if err := os.WriteFile(src, []byte("the next release"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := binary.Install(src, dir); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := binary.Digest(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer((&Server{host: fakeHost{t.TempDir()}, opts: Options{ReleaseDir: dir}}).routes())
+	defer srv.Close()
+	for _, tt := range []struct {
+		digest string
+		code   int
+		body   string
+	}{
+		{digest, 200, "the next release"},
+		{"sha256:" + strings.Repeat("0", 64), 404, "not found"},
+		{"sha256:..%2F..%2Fetc%2Fpasswd", 400, "is no digest"},
+		{"md5:00", 400, "is no digest"},
+	} {
+		resp, err := http.Get(srv.URL + "/releases/" + tt.digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.code || !strings.Contains(string(body), tt.body) {
+			t.Errorf("GET /releases/%s = %d %q, want %d %q", tt.digest, resp.StatusCode, body, tt.code, tt.body)
+		}
+	}
+	// Without a release directory there is no such endpoint.
+	off := httptest.NewServer((&Server{host: fakeHost{t.TempDir()}}).routes())
+	defer off.Close()
+	if resp, err := http.Get(off.URL + "/releases/" + digest); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /releases with no release directory: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 }

@@ -12,10 +12,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +74,10 @@ type Options struct {
 	Client kubernetes.Interface
 	// Metrics serves /metrics; nil for none.
 	Metrics http.Handler
+	// ReleaseDir holds the steadyplane binaries the node has installed,
+	// served to other nodes by digest (GET /releases/sha256:<hex>); ""
+	// for none.
+	ReleaseDir string
 	// StreamIdleTimeout closes an exec, attach or port-forward stream
 	// idle that long (the kubelet's default: 4h).
 	StreamIdleTimeout time.Duration
@@ -145,6 +152,9 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { served(); localstatus.WriteJSON(w, s.host.Pods()) })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	if s.opts.ReleaseDir != "" {
+		mux.HandleFunc("GET /releases/{digest}", s.release)
+	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{uid}/{container}", s.exec)
@@ -166,4 +176,32 @@ func fail(w http.ResponseWriter, err error, code int) {
 	}
 	requests.WithLabelValues("error").Inc()
 	http.Error(w, err.Error(), code)
+}
+
+// release serves the binary of a release by its digest, checked against
+// its content, to another node moving to it.
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	path, err := binary.Find(s.opts.ReleaseDir, r.PathValue("digest"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fail(w, fmt.Errorf("release %s: %w on this node", r.PathValue("digest"), ErrNotFound), http.StatusNotFound)
+		return
+	case err != nil:
+		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
+		return
+	}
+	served()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", st.ModTime(), f)
 }

@@ -2,12 +2,14 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -50,6 +52,17 @@ func (c Client) UpdateStatus(ctx context.Context, obj *KubeAPIServer) (*KubeAPIS
 		return nil, err
 	}
 	return FromUnstructured(out)
+}
+
+// SetRelease sets spec.release of object name (a merge patch: the rest
+// of the spec stays as its owner wrote it).
+func (c Client) SetRelease(ctx context.Context, name string, r Release) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"release": r}})
+	if err != nil {
+		return err
+	}
+	_, err = c.Dynamic.Resource(GroupVersionResource).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // FromUnstructured converts a dynamic client's object.

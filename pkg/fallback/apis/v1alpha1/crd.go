@@ -23,6 +23,13 @@ func CRD() *apiextensionsv1.CustomResourceDefinition {
 		"nodeName": str, "currentRevision": i32, "targetRevision": i32, "lastFailedRevision": i32, "lastFailedReason": str,
 		"lastFailedTime": {Type: "string", Format: "date-time"}, "lastFallbackCount": i32, "lastFailedRevisionErrors": strs,
 	}}
+	release := apiextensionsv1.JSONSchemaProps{Type: "object", Required: []string{"version", "digest"}, Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"version": str, "digest": {Type: "string", Pattern: `^sha256:[0-9a-f]{64}$`},
+	}}
+	nodeRelease := apiextensionsv1.JSONSchemaProps{Type: "object", Required: []string{"nodeName"}, Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"nodeName": str, "server": {Type: "boolean"}, "release": str, "target": str, "failed": str, "reason": str, "message": str,
+		"asked": {Type: "string", Format: "date-time"}, "moved": {Type: "string", Format: "date-time"},
+	}}
 	schema := apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
 		"apiVersion": str, "kind": str, "metadata": {Type: "object"},
 		"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
@@ -30,11 +37,17 @@ func CRD() *apiextensionsv1.CustomResourceDefinition {
 				Description: "Appended to the API server's arguments, each --flag or --flag=value."},
 			"configMaps": withDescription(names, "ConfigMaps in steadyplane-system, mounted at /etc/kubernetes/static-pod-resources/configmaps/<name>/<key>."),
 			"secrets":    withDescription(names, "Secrets in steadyplane-system, mounted at /etc/kubernetes/static-pod-resources/secrets/<name>/<key> (0600)."),
+			"release":    withDescription(release, "The steadyplane release the operator rolls over the servers, one at a time, then the workers (steadyplane upgrade sets it)."),
 		}},
 		"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
 			"latestAvailableRevision": i32,
 			"nodeStatuses":            {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &nodeStatus}},
 			"conditions":              {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &condition}},
+			"release": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"version": str, "digest": str, "startTime": {Type: "string", Format: "date-time"}, "completionTime": {Type: "string", Format: "date-time"},
+				"nodes":      {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &nodeRelease}},
+				"conditions": {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &condition}},
+			}},
 		}},
 	}}
 	column := func(name, path string) apiextensionsv1.CustomResourceColumnDefinition {
@@ -55,6 +68,8 @@ func CRD() *apiextensionsv1.CustomResourceDefinition {
 					column("Progressing", `.status.conditions[?(@.type=="Progressing")].status`),
 					column("Degraded", `.status.conditions[?(@.type=="Degraded")].status`),
 					column("Reason", `.status.conditions[?(@.type=="Degraded")].reason`),
+					column("Release", `.status.release.version`),
+					column("Rolled", `.status.release.conditions[?(@.type=="Progressing")].reason`),
 				},
 			}},
 		},

@@ -56,7 +56,25 @@ type KubeAPIServerSpec struct {
 	// Secrets are names of Secrets in steadyplane-system, mounted at
 	// /etc/kubernetes/static-pod-resources/secrets/<name>/<key> (0600).
 	Secrets []string `json:"secrets,omitempty"`
+	// Release is the steadyplane release the cluster runs: the operator
+	// rolls it over the servers one at a time, then the workers. Nil
+	// leaves every node on the binary it runs. It makes no revision of
+	// its own: a server's move renders its templates anew, and that
+	// revision is the one its startup monitor watches.
+	Release *Release `json:"release,omitempty"`
 }
+
+// Release names one steadyplane binary by its content.
+type Release struct {
+	// Version is the binary's release (steadyplane version).
+	Version string `json:"version"`
+	// Digest is "sha256:<hex>" of the binary: a node runs only a binary
+	// of this digest, whichever server it fetched it from.
+	Digest string `json:"digest"`
+}
+
+// String is version@digest, the form of the Node annotations.
+func (r Release) String() string { return r.Version + "@" + r.Digest }
 
 // KubeAPIServerStatus is what the operator observed.
 type KubeAPIServerStatus struct {
@@ -66,6 +84,44 @@ type KubeAPIServerStatus struct {
 	NodeStatuses []NodeStatus `json:"nodeStatuses,omitempty"`
 	// Conditions are Available, Progressing and Degraded.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Release is the rollout of spec.release, nil when there is none.
+	Release *ReleaseStatus `json:"release,omitempty"`
+}
+
+// ReleaseStatus is the rollout of a release over the nodes.
+type ReleaseStatus struct {
+	// Release is the release rolled.
+	Release `json:",inline"`
+	// StartTime is when the operator first asked a node to move to it,
+	// CompletionTime when every node ran it.
+	StartTime      *metav1.Time `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Nodes are every node's release, servers first.
+	Nodes []NodeRelease `json:"nodes,omitempty"`
+	// Conditions are Progressing (a node is moving, or one is still to)
+	// and Degraded (the release failed on a node, which went back: the
+	// rollout stops there).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeRelease is one node's release.
+type NodeRelease struct {
+	// NodeName is the node; Server says it runs a control plane.
+	NodeName string `json:"nodeName"`
+	Server   bool   `json:"server,omitempty"`
+	// Release is the release it runs (version@digest).
+	Release string `json:"release,omitempty"`
+	// Target is the release it was asked to move to and has not reached.
+	Target string `json:"target,omitempty"`
+	// Failed is the newest release it could not start, Reason and
+	// Message why (the component and what it said).
+	Failed  string `json:"failed,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Asked is when the operator asked it to move to the release rolled,
+	// Moved when it first saw it healthy on it.
+	Asked *metav1.Time `json:"asked,omitempty"`
+	Moved *metav1.Time `json:"moved,omitempty"`
 }
 
 // NodeStatus is the rollout on one node.
@@ -89,3 +145,21 @@ type NodeStatus struct {
 	// LastFailedRevisionErrors are the startup monitor's messages.
 	LastFailedRevisionErrors []string `json:"lastFailedRevisionErrors,omitempty"`
 }
+
+// The annotations on a Node through which the operator and the node's
+// steadyplane (up on a server, node on a worker) roll a release: the
+// operator writes the target, the node the rest.
+const (
+	// ReleaseTargetAnnotation is the release (version@digest) the node is
+	// asked to move to.
+	ReleaseTargetAnnotation = "release.steadyplane.io/target"
+	// ReleaseRunningAnnotation is the release the node runs, written once
+	// it is up on it.
+	ReleaseRunningAnnotation = "release.steadyplane.io/running"
+	// ReleaseFailedAnnotation is the newest release the node could not
+	// start and went back from; ReleaseFailedReasonAnnotation and
+	// ReleaseFailedMessageAnnotation say why.
+	ReleaseFailedAnnotation        = "release.steadyplane.io/failed"
+	ReleaseFailedReasonAnnotation  = "release.steadyplane.io/failed-reason"
+	ReleaseFailedMessageAnnotation = "release.steadyplane.io/failed-message"
+)
