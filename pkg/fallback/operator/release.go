@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +88,7 @@ func DecideRelease(want v1alpha1.Release, nodes []ReleaseNode, revisionsBusy str
 		switch {
 		case n.Target != "" && n.Target != n.Running && n.Target != n.Failed:
 			// A move under way, to this release or to one it replaced.
-			return ReleaseDecision{Waiting: fmt.Sprintf("node %s is moving to %s", n.Name, versionOf(n.Target))}
+			return ReleaseDecision{Waiting: fmt.Sprintf("node %s is moving to %s", n.Name, releaseVersion(n.Target))}
 		case n.Running == w && !n.Healthy:
 			return ReleaseDecision{Waiting: fmt.Sprintf("node %s runs %s and is not healthy yet: %s", n.Name, want.Version, n.Unhealthy)}
 		}
@@ -136,7 +135,7 @@ func ReleaseConditions(want v1alpha1.Release, d ReleaseDecision, generation int6
 		progressing.Message = fmt.Sprintf("stopped at node %s, which went back; set another release to go on", d.Failed.Name)
 		degraded.Status, degraded.Reason = metav1.ConditionTrue, cmp.Or(d.Failed.Reason, "ReleaseFailed")
 		degraded.Message = fmt.Sprintf("node %s: release %s failed and the node went back to %s: %s", d.Failed.Name, want.Version,
-			cmp.Or(versionOf(d.Failed.Running), "its previous release"), d.Failed.Message)
+			cmp.Or(releaseVersion(d.Failed.Running), "its previous release"), d.Failed.Message)
 	case d.Move != "":
 		progressing.Message = fmt.Sprintf("moving node %s to %s", d.Move, want.Version)
 	default:
@@ -148,13 +147,7 @@ func ReleaseConditions(want v1alpha1.Release, d ReleaseDecision, generation int6
 // ReleaseEvent is the Event for asking node to move, or for a failure
 // first seen.
 func releaseMoveEvent(want v1alpha1.Release, n ReleaseNode) Event {
-	return Event{corev1.EventTypeNormal, "ReleaseMove", fmt.Sprintf("node %s: moving from %s to release %s", n.Name, cmp.Or(versionOf(n.Running), "an unknown release"), want.Version)}
-}
-
-// versionOf is the version of a version@digest.
-func versionOf(release string) string {
-	v, _, _ := strings.Cut(release, "@")
-	return v
+	return Event{corev1.EventTypeNormal, "ReleaseMove", fmt.Sprintf("node %s: moving from %s to release %s", n.Name, cmp.Or(releaseVersion(n.Running), "an unknown release"), want.Version)}
 }
 
 // ReleaseNodeStatuses is the status's view of nodes rolling want, with
@@ -183,3 +176,6 @@ func ReleaseNodeStatuses(want v1alpha1.Release, nodes []ReleaseNode, prev []v1al
 	}
 	return out
 }
+
+// releaseVersion is the version of a version@digest.
+func releaseVersion(release string) string { return v1alpha1.ReleaseOf(release).Version }

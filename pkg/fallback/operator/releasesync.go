@@ -55,7 +55,7 @@ func (o *Operator) syncRelease(ctx context.Context, obj *v1alpha1.KubeAPIServer,
 	}
 	if d.Failed != nil && !failureSeen(prev, *d.Failed) {
 		event(Event{corev1.EventTypeWarning, "ReleaseFailed", fmt.Sprintf("node %s: release %s failed (%s) and the node went back to %s: %s; the rollout stops here",
-			d.Failed.Name, want.Version, d.Failed.Reason, versionOf(d.Failed.Running), d.Failed.Message)})
+			d.Failed.Name, want.Version, d.Failed.Reason, releaseVersion(d.Failed.Running), d.Failed.Message)})
 		o.Metrics.releaseFallback(d.Failed.Reason)
 	}
 	if d.Done && rs.CompletionTime == nil {

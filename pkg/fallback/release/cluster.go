@@ -1,6 +1,7 @@
 package release
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -108,10 +109,7 @@ func nodeLine(n v1alpha1.NodeRelease, want v1alpha1.Release) string {
 	}
 }
 
+// versionOf is the version of a version@digest, or says it is unknown.
 func versionOf(release string) string {
-	v, _, _ := strings.Cut(release, "@")
-	if v == "" {
-		return "an unknown release"
-	}
-	return v
+	return cmp.Or(v1alpha1.ReleaseOf(release).Version, "an unknown release")
 }

@@ -135,7 +135,7 @@ func runningRelease() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return buildinfo.Get().Release + "@" + digest, nil
+	return v1alpha1.Release{Version: buildinfo.Get().Release, Digest: digest}.String(), nil
 }
 
 // reportOf is what the Node's annotations (have) lack of what this node
@@ -143,7 +143,7 @@ func runningRelease() (string, error) {
 func reportOf(running string, st *State, have map[string]string) map[string]any {
 	want := map[string]string{v1alpha1.ReleaseRunningAnnotation: running}
 	if st != nil && st.Phase == Failed && st.Target != nil {
-		want[v1alpha1.ReleaseFailedAnnotation] = st.Target.Release + "@" + st.Target.Digest
+		want[v1alpha1.ReleaseFailedAnnotation] = v1alpha1.Release{Version: st.Target.Release, Digest: st.Target.Digest}.String()
 		want[v1alpha1.ReleaseFailedReasonAnnotation] = st.Reason
 		want[v1alpha1.ReleaseFailedMessageAnnotation] = st.Message
 	}
@@ -164,7 +164,7 @@ func wanted(running string, st *State, have map[string]string) string {
 	if target == "" || target == running || target == have[v1alpha1.ReleaseFailedAnnotation] || st == nil {
 		return ""
 	}
-	if st.Target != nil && st.Target.Release+"@"+st.Target.Digest == target && (st.Phase == Pending || st.Phase == Starting) {
+	if st.Target != nil && (v1alpha1.Release{Version: st.Target.Release, Digest: st.Target.Digest}).String() == target && (st.Phase == Pending || st.Phase == Starting) {
 		return ""
 	}
 	return target
@@ -190,8 +190,9 @@ func (f *Follower) annotate(ctx context.Context, annotations map[string]any) err
 // prepare installs target's binary, from this node's bin/ or fetched
 // from another node, and asks up to move to it.
 func (f *Follower) prepare(ctx context.Context, target string) error {
-	version, digest, ok := strings.Cut(target, "@")
-	if !ok {
+	r := v1alpha1.ReleaseOf(target)
+	version, digest := r.Version, r.Digest
+	if digest == "" {
 		return fmt.Errorf("the target %q is no version@digest", target)
 	}
 	bin := filepath.Join(f.DataDir, "bin")
@@ -237,7 +238,7 @@ func (f *Follower) fetch(ctx context.Context, bin, digest string) (string, error
 	for _, n := range nodes.Items {
 		switch {
 		case n.Name == f.NodeName:
-		case strings.HasSuffix(n.Annotations[v1alpha1.ReleaseRunningAnnotation], "@"+digest):
+		case v1alpha1.ReleaseOf(n.Annotations[v1alpha1.ReleaseRunningAnnotation]).Digest == digest:
 			first = append(first, n)
 		default:
 			others = append(others, n)

@@ -5,6 +5,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -75,6 +77,13 @@ type Release struct {
 
 // String is version@digest, the form of the Node annotations.
 func (r Release) String() string { return r.Version + "@" + r.Digest }
+
+// ReleaseOf reads a version@digest back; a string without "@" is a
+// version alone.
+func ReleaseOf(s string) Release {
+	v, d, _ := strings.Cut(s, "@")
+	return Release{Version: v, Digest: d}
+}
 
 // KubeAPIServerStatus is what the operator observed.
 type KubeAPIServerStatus struct {
