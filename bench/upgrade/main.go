@@ -15,9 +15,10 @@
 // answering on the previous release.
 //
 //	sudo go run ./bench/upgrade [--runs 2] [--pods 10]
+//	sudo go run ./bench/upgrade --servers 3 --workers 1   # a cluster (cluster.go)
 //
 // One server has nothing to fail over to, so its reader sees each restart
-// whole.
+// whole; a cluster's reader fails over (the HA client).
 package main
 
 import (
@@ -50,10 +51,18 @@ import (
 func main() {
 	runs := flag.Int("runs", 2, "rounds: each moves to the next release and back")
 	pods := flag.Int("pods", 10, "busybox pods running through the upgrades")
+	servers := flag.Int("servers", 1, "servers: more than one rolls releases over a cluster in network namespaces")
+	workers := flag.Int("workers", 1, "workers of a cluster (with --servers above 1)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, max(*runs, 1), *pods); err != nil {
+	var err error
+	if *servers > 1 {
+		err = runCluster(ctx, *servers, *workers, *pods)
+	} else {
+		err = run(ctx, max(*runs, 1), *pods)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

@@ -105,6 +105,9 @@ var doneIn = regexp.MustCompile(`^(\S.*?) in [0-9.]+s\b`)
 // Pid is up's process id.
 func (u *UpRun) Pid() int { return u.cmd.Process.Pid }
 
+// Cmd is up's command, to kill or wait for.
+func (u *UpRun) Cmd() *exec.Cmd { return u.cmd }
+
 // StartUp runs bin with args (UpArgs) and returns once it says it is up;
 // its further output is read and dropped.
 func StartUp(ctx context.Context, bin string, args []string) (*UpRun, error) {

@@ -6,6 +6,7 @@ package testup
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +106,17 @@ func (p *Up) WaitUp(t *testing.T, timeout time.Duration) {
 	}
 }
 
+// WaitText waits until up's output holds text, failing the test
+// otherwise.
+func (p *Up) WaitText(t *testing.T, text string, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !strings.Contains(p.Text(), text); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("steadyplane up did not say %q within %v:\n%s", text, timeout, p.Text())
+		}
+	}
+}
+
 // Done is closed once up has exited.
 func (p *Up) Done() <-chan struct{} { return p.done }
 
@@ -164,6 +176,42 @@ func Kubectl(t *testing.T, ctx context.Context, kubeconfig string, args ...strin
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=30s"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// ComponentPid is the process of the control-plane component dataDir's
+// installed binary runs with subcommand (e.g. "scheduler"), 0 when none
+// runs.
+func ComponentPid(dataDir, subcommand string) int {
+	pids := procfs.Find(func(argv []string) bool {
+		return len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == subcommand
+	})
+	if len(pids) == 0 {
+		return 0
+	}
+	return pids[0]
+}
+
+// KillComponent kills -9 the component's process (ComponentPid), as a
+// crash would, and returns its pid. It waits up to a minute for one to
+// run (the node agent may be restarting it); one that exits between being
+// found and the kill is found again.
+func KillComponent(t *testing.T, dataDir, subcommand string) int {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		pid := ComponentPid(dataDir, subcommand)
+		if pid == 0 {
+			continue
+		}
+		err := syscall.Kill(pid, syscall.SIGKILL)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, syscall.ESRCH) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("%s process not found (and killed) within a minute", subcommand)
+	return 0
 }
 
 // ChildPids lists processes whose command line mentions dataDir: the children

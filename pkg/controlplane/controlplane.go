@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
+	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 )
@@ -85,6 +86,9 @@ type ControlPlane struct {
 	launcher Launcher
 	// bin is the installed binary the static pods run.
 	bin string
+	// settle watches a move's first start once it is up (package
+	// release); nil when this up is none, or once it settled.
+	settle *release.Settle
 }
 
 // Prepare checks the options, takes the data directory's lock (one control

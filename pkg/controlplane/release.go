@@ -3,14 +3,18 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
 	"github.com/steadyplane/steadyplane/pkg/fallback/release"
+	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 )
 
 // The data directory's release (package release): which binary runs it,
@@ -22,9 +26,72 @@ import (
 // service manager or by hand) finds the attempt gone and runs the
 // previous binary (release.Start).
 
-// releaseUp records that this up, the first start of a move's target, is
-// up: the move is done.
-func (cp *ControlPlane) releaseUp() { release.MarkUp(string(cp.dir), cp.progressf) }
+// releaseUp is called once this up is up. The first start of a move's
+// target settles before the move is done (release.Settle, stepped by
+// supervise through releaseSettleStep): it watches the control plane's
+// static pods through the node agent's loopback endpoint. A control plane
+// of child processes is watched by up itself: its move is done at once.
+func (cp *ControlPlane) releaseUp(ctx context.Context) {
+	dir := string(cp.dir)
+	if !release.FirstStart(dir) {
+		return
+	}
+	if !cp.staticPods || cp.opts.NodeMetricsPort == 0 {
+		release.MarkUp(dir, cp.progressf)
+		return
+	}
+	agent := monitor.AgentEndpoint{URL: "http://127.0.0.1:" + strconv.Itoa(cp.opts.NodeMetricsPort), Client: http.DefaultClient}
+	cp.settle = &release.Settle{Window: release.SettleWindow, Now: time.Now, Observe: func(ctx context.Context) ([]release.ComponentRun, error) {
+		pods, err := agent.Pods(ctx)
+		return componentRuns(pods), err
+	}}
+	// The first look is the restarts' baseline: taken now, a component
+	// that crashes from here on counts.
+	_, _ = cp.settle.Step(ctx)
+	release.MarkSettling(dir, cp.progressf)
+	cp.progressf("the new release is up; it settles for %v (a component restarting %d times in it sends this server back)", release.SettleWindow, release.CrashLoopRestarts)
+}
+
+// releaseSettleStep takes the settling move's next look (every
+// releasePoll): the move is done once it settled, and a crash loop hands
+// the data directory back to the release before (as a start that failed,
+// which returns only when it could not).
+func (cp *ControlPlane) releaseSettleStep(ctx context.Context) error {
+	if cp.settle == nil {
+		return nil
+	}
+	done, err := cp.settle.Step(ctx)
+	switch {
+	case err != nil:
+		cp.settle = nil
+		return cp.releaseStartFailed(ctx, err)
+	case done:
+		cp.settle = nil
+		release.MarkUp(string(cp.dir), cp.progressf)
+	}
+	return nil
+}
+
+// componentRuns are the static pods among the node agent's pods: the
+// control plane's components.
+func componentRuns(pods []localstatus.Pod) []release.ComponentRun {
+	var out []release.ComponentRun
+	for _, p := range pods {
+		if !p.Static {
+			continue
+		}
+		r := release.ComponentRun{Name: p.Name, UID: string(p.UID), Running: len(p.Status.ContainerStatuses) > 0}
+		for _, cs := range p.Status.ContainerStatuses {
+			r.Restarts += cs.RestartCount
+			r.Running = r.Running && cs.State.Running != nil
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				r.LastEnd = monitor.DescribeEnd(t)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
 
 // releaseStartFailed handles err, which ended this up's start: when this
 // up is a move's first start, the previous binary takes the data

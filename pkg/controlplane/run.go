@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())
 	cp.progressf("steadyplane is up; press Ctrl-C to stop")
-	cp.releaseUp()
+	cp.releaseUp(ctx)
 	go cp.followRelease(ctx)
 	// From now on up only supervises: what starting made (configurations,
 	// clients, the DNS image's buffers) goes back to the system.
@@ -140,8 +140,14 @@ func (cp *ControlPlane) supervise(ctx context.Context) error {
 		switch chosen {
 		case 0:
 			cp.progressf("shutting down")
+			if cp.settle != nil {
+				cp.releaseRequeue() // stopped while it settled: no verdict on the release
+			}
 			return nil
 		case 1:
+			if err := cp.releaseSettleStep(ctx); err != nil {
+				return err
+			}
 			if target := cp.releaseRequested(); target != "" {
 				return cp.handOver(ctx, target)
 			}

@@ -33,16 +33,17 @@ const releaseClusterCIDR = "10.218.0.0/16"
 
 // TestReleaseRollsOverTheCluster rolls releases over three servers and a
 // worker, each in a network namespace of its own, as a user would: up and
-// node of release v0.8.1 on every host, a pod pinned to each node, and a
+// node of release v0.9.1 on every host, a pod pinned to each node, and a
 // client-go workload (reads, writes, a watch) through the HA client all
-// along. steadyplane upgrade on one server asks for a broken v0.8.3, whose
+// along. steadyplane upgrade on one server asks for a broken v0.9.3, whose
 // up exits at once: the first server it reaches dies, is started again as
-// a service manager would, goes back to v0.8.1 by itself, and the rollout
-// stops there, Degraded naming it, no other node touched. Then the fixed
-// v0.8.4 rolls on: the operator asks one server at a time, the next once
+// a service manager would, goes back to v0.9.1 by itself, and the rollout
+// stops there, Degraded naming it, no other node touched. Then v0.9.2, a
+// good release, rolls on: the operator asks one server at a time, the next once
 // the one before is healthy on it, then the worker; every node fetches
 // the binary from another (its digest checked) and hands over with its
-// pods running. Every pod keeps its container and restart count.
+// pods running. Then upgrade --rollback takes the cluster back to v0.9.1
+// the same way. Every pod keeps its container and restart count.
 func TestReleaseRollsOverTheCluster(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs three steadyplane up and a node")
@@ -52,11 +53,11 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.218.") {
 		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", releaseClusterCIDR, err)
 	}
-	v1, err := testenv.BinaryOfRelease("v0.8.1")
+	v1, err := testenv.BinaryOfRelease("v0.9.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed, err := testenv.BinaryOfRelease("v0.8.4")
+	fixed, err := testenv.BinaryOfRelease("v0.9.2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken, err := testenv.BrokenRelease("v0.8.3", info.Kubernetes)
+	broken, err := testenv.BrokenRelease("v0.9.3", info.Kubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("s2's up did not exit with the broken release within 5 minutes")
 	}
-	t.Logf("s2's up exited on v0.8.3 %.1fs after the upgrade began; started again, as a service manager would", time.Since(began).Seconds())
+	t.Logf("s2's up exited on v0.9.3 %.1fs after the upgrade began; started again, as a service manager would", time.Since(began).Seconds())
 	restarted := time.Now()
 	start(1)
 	ups[1].WaitUp(t, 5*time.Minute)
@@ -196,15 +197,15 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("upgrade to the broken release did not return within 5 minutes of s2's fallback")
 	}
-	t.Logf("s2 up again on v0.8.1 and the rollout stopped %.1fs after its restart", time.Since(restarted).Seconds())
-	if res.err == nil || !strings.Contains(res.out, "release v0.8.3 stopped") || !strings.Contains(res.out, "node s2") {
+	t.Logf("s2 up again on v0.9.1 and the rollout stopped %.1fs after its restart", time.Since(restarted).Seconds())
+	if res.err == nil || !strings.Contains(res.out, "release v0.9.3 stopped") || !strings.Contains(res.out, "node s2") {
 		t.Errorf("upgrade to the broken release: %v; want it stopped at node s2", res.err)
 	}
-	if !strings.Contains(ups[1].Text(), "release v0.8.3 failed (Exited") {
-		t.Errorf("s2's up, started again, does not say v0.8.3 failed")
+	if !strings.Contains(ups[1].Text(), "release v0.9.3 failed (Exited") {
+		t.Errorf("s2's up, started again, does not say v0.9.3 failed")
 	}
-	if on := nodesOn("v0.8.1"); !slices.Equal(on, names) {
-		t.Errorf("nodes on v0.8.1 after the broken release: %v, want all of %v (s2 back, no other touched)", on, names)
+	if on := nodesOn("v0.9.1"); !slices.Equal(on, names) {
+		t.Errorf("nodes on v0.9.1 after the broken release: %v, want all of %v (s2 back, no other touched)", on, names)
 	}
 	k := kubeAPIServer(ctx, t, kubeconfig)
 	if c := meta.FindStatusCondition(k.Status.Release.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "node s2") {
@@ -212,28 +213,46 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	}
 	unchanged("after the broken release")
 
-	// The fixed release rolls on from where the broken one stopped.
+	// A good release rolls on from where the broken one stopped.
 	began = time.Now()
 	out, err := upgrade("--binary", fixed)
-	t.Logf("the cluster moved to v0.8.4 in %.1fs", time.Since(began).Seconds())
-	if err != nil || !strings.Contains(out, "every node runs release v0.8.4") {
-		t.Fatalf("upgrade to the fixed v0.8.4: %v", err)
+	t.Logf("the cluster moved to v0.9.2 in %.1fs", time.Since(began).Seconds())
+	if err != nil || !strings.Contains(out, "every node runs release v0.9.2") {
+		t.Fatalf("upgrade to v0.9.2: %v", err)
 	}
-	if on := nodesOn("v0.8.4"); !slices.Equal(on, names) {
-		t.Errorf("nodes on v0.8.4: %v, want all of %v", on, names)
+	if on := nodesOn("v0.9.2"); !slices.Equal(on, names) {
+		t.Errorf("nodes on v0.9.2: %v, want all of %v", on, names)
 	}
 	k = kubeAPIServer(ctx, t, kubeconfig)
 	logMoves(t, k)
-	if order := moveOrder(ctx, t, client, "v0.8.4"); !slices.Equal(order, names) {
+	if order := moveOrder(ctx, t, client, "v0.9.2"); !slices.Equal(order, names) {
 		t.Errorf("the nodes moved in the order %v, want the servers by name, then the worker: %v", order, names)
 	}
 	if c := meta.FindStatusCondition(k.Status.Release.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("the release's Degraded condition after the fix: %+v; want False", c)
 	}
-	unchanged("after the move to v0.8.4")
+	unchanged("after the move to v0.9.2")
+
+	// Going back is one command: the release s1 ran before, v0.9.1, rolls
+	// over the cluster as any release does (each node still has its
+	// binary).
+	began = time.Now()
+	out, err = upgrade("--rollback")
+	t.Logf("the cluster went back to v0.9.1 in %.1fs", time.Since(began).Seconds())
+	if err != nil || !strings.Contains(out, "every node runs release v0.9.1") {
+		t.Fatalf("upgrade --rollback: %v", err)
+	}
+	if on := nodesOn("v0.9.1"); !slices.Equal(on, names) {
+		t.Errorf("nodes on v0.9.1 after the rollback: %v, want all of %v", on, names)
+	}
+	logMoves(t, kubeAPIServer(ctx, t, kubeconfig))
+	if order := moveOrder(ctx, t, client, "v0.9.1"); !slices.Equal(order, names) {
+		t.Errorf("the nodes went back in the order %v, want %v", order, names)
+	}
+	unchanged("after the rollback to v0.9.1")
 
 	r := load.stop()
-	t.Logf("client workload through both rollouts: %s", r)
+	t.Logf("client workload through the three rollouts: %s", r)
 	if r.failedReads > 0 || r.lostEvents > 0 {
 		t.Errorf("the client workload saw %d failed reads and %d lost watch events; want none", r.failedReads, r.lostEvents)
 	}

@@ -270,7 +270,9 @@ func TestHandRestartWithNextReleaseKeepsPods(t *testing.T) {
 // default: the hand-over leaves them all the same): to v0.9.2 and back
 // with --rollback. Then to a broken v0.9.3 whose up exits at start, after
 // which up, started again as a service manager would with the binary it
-// was first given, runs v0.9.1 and records the failure. The pod's
+// was first given, runs v0.9.1 and records the failure. Then v0.9.2
+// again, whose scheduler crash-loops while the move settles: up goes back
+// to v0.9.1 by itself. The pod's
 // container, process, restarts and readiness never change, and what
 // upgrade refuses changes nothing.
 func TestUpgradeCommand(t *testing.T) {
@@ -327,7 +329,8 @@ func TestUpgradeCommand(t *testing.T) {
 	}
 	// The version-skew policy, against the running cluster: a release
 	// minor skipped (v0.9 to v0.11) is refused with the rule it breaks.
-	skipping, err := testenv.BinaryOfRelease("v0.11.0")
+	// Only its version is read: the broken build saying v0.11.0 will do.
+	skipping, err := testenv.BrokenRelease("v0.11.0", info.Kubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,6 +380,53 @@ func TestUpgradeCommand(t *testing.T) {
 	}
 	nodeRelease(t, kubectl, "v0.9.1")
 	pod.unchanged("back on v0.9.1")
+
+	// A release that starts, but one of whose components crash-loops
+	// while the move settles: v0.9.2's scheduler, killed -9 as soon as it
+	// runs, twice. up hands the data directory back to v0.9.1 in place
+	// (the same process) and says which component failed.
+	upgraded := make(chan string, 1)
+	go func() {
+		out, _ := upgrade("--binary", filepath.Join(work, "steadyplane-next"))
+		upgraded <- out
+	}()
+	up.WaitText(t, "it settles for", 4*time.Minute)
+	for i := range release.CrashLoopRestarts {
+		pid := testup.KillComponent(t, dataDir, "scheduler")
+		t.Logf("killed v0.9.2's scheduler (%d), %d of %d", pid, i+1, release.CrashLoopRestarts)
+		for deadline := time.Now().Add(time.Minute); i+1 < release.CrashLoopRestarts; time.Sleep(200 * time.Millisecond) {
+			if again := testup.ComponentPid(dataDir, "scheduler"); again != 0 && again != pid {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the scheduler was not started again within a minute of its kill")
+			}
+		}
+	}
+	select {
+	case out := <-upgraded:
+		if !strings.Contains(out, "release v0.9.2 failed (CrashLoop): kube-scheduler") {
+			t.Errorf("upgrade to the crash-looping v0.9.2 says:\n%s\nwant it failed (CrashLoop) naming the scheduler", out)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("upgrade did not end within 3 minutes of the crash loop")
+	}
+	up.WaitText(t, "handing back to v0.9.1", time.Minute)
+	// The same process goes on as v0.9.1's up.
+	for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, after, _ := strings.Cut(up.Text(), "handing back to v0.9.1")
+		if strings.Contains(after, "steadyplane is up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("up not up again on v0.9.1 within 4 minutes of handing back:\n%s", after)
+		}
+	}
+	nodeRelease(t, kubectl, "v0.9.1")
+	if st, err := release.ReadState(dataDir); err != nil || st == nil || st.Reason != release.ReasonCrashLoop || st.Current.Release != "v0.9.1" {
+		t.Errorf("the data directory's release after the crash loop: %+v, %v; want v0.9.1 running and CrashLoop recorded", st, err)
+	}
+	pod.unchanged("back on v0.9.1 after the crash loop")
 	up.Stop(t)
 }
 

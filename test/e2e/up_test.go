@@ -4,14 +4,12 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
-	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 func TestUpKubectlRestartKeepsObjects(t *testing.T) {
@@ -140,17 +137,6 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 	if !strings.Contains(p.Text(), "control plane: static pods") {
 		t.Fatalf("up did not run the control plane as static pods:\n%s", p.Text())
 	}
-	// componentPid finds the component's process: the binary installed in
-	// the data directory, run with the component's subcommand.
-	componentPid := func(subcommand string) int {
-		pids := procfs.Find(func(argv []string) bool {
-			return len(argv) > 1 && strings.HasPrefix(argv[0], filepath.Join(dataDir, "bin")+"/") && argv[1] == subcommand
-		})
-		if len(pids) == 0 {
-			return 0
-		}
-		return pids[0]
-	}
 	holder := func(lease string) string {
 		out, _ := testup.Kubectl(t, ctx, kubeconfig, "get", "lease", "-n", "kube-system", lease, "-o", "jsonpath={.spec.holderIdentity}")
 		return strings.TrimSpace(out)
@@ -159,29 +145,14 @@ func TestUpRestartsDeadComponents(t *testing.T) {
 		// The previous kill may have it restarting (a controller that
 		// lost its lease while the API server was away exits, and the
 		// node agent starts it again after its backoff).
-		// One that exits between being found and the kill is found again.
-		pid, before := 0, ""
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s process not found (and killed) within a minute", c.subcommand)
-			}
-			if pid = componentPid(c.subcommand); pid == 0 {
-				continue
-			}
-			if c.lease != "" {
-				before = holder(c.lease)
-			}
-			err := syscall.Kill(pid, syscall.SIGKILL)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, syscall.ESRCH) {
-				t.Fatal(err)
-			}
+		before := ""
+		if c.lease != "" {
+			before = holder(c.lease)
 		}
+		pid := testup.KillComponent(t, dataDir, c.subcommand)
 		deadline := time.Now().Add(3 * time.Minute)
 		for {
-			again := componentPid(c.subcommand)
+			again := testup.ComponentPid(dataDir, c.subcommand)
 			_, err := testup.Kubectl(t, ctx, kubeconfig, "get", "namespace", "default", "-o", "name")
 			if again != 0 && again != pid && err == nil && (c.lease == "" || holder(c.lease) != before) {
 				break

@@ -189,7 +189,7 @@ func containerRecord(p localstatus.Pod) (attempts, kills int, running bool, last
 			t = cs.LastTerminationState.Terminated
 		}
 		if t != nil {
-			last = describeEnd(t)
+			last = DescribeEnd(t)
 		}
 	}
 	return attempts, kills, running, last
@@ -229,9 +229,9 @@ func startRefused(p localstatus.Pod) string {
 	return ""
 }
 
-// describeEnd says how a container ended: exit code, reason and the
+// DescribeEnd says how a container ended: exit code, reason and the
 // termination message (the API server's last words, e.g. an unknown flag).
-func describeEnd(t *corev1.ContainerStateTerminated) string {
+func DescribeEnd(t *corev1.ContainerStateTerminated) string {
 	s := fmt.Sprintf("exit code %d", t.ExitCode)
 	if t.Reason != "" {
 		s += " (" + t.Reason + ")"

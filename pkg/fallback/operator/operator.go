@@ -164,5 +164,6 @@ func releaseFacts(obj any) string {
 		return ""
 	}
 	a := n.Annotations
-	return fmt.Sprint(a[v1alpha1.ReleaseTargetAnnotation], a[v1alpha1.ReleaseRunningAnnotation], a[v1alpha1.ReleaseFailedAnnotation], nodeReady(n))
+	return fmt.Sprint(a[v1alpha1.ReleaseTargetAnnotation], a[v1alpha1.ReleaseRunningAnnotation], a[v1alpha1.ReleaseFailedAnnotation],
+		a[v1alpha1.ReleaseSettlingAnnotation], nodeReady(n))
 }

@@ -126,17 +126,23 @@ func TestSyncRelease(t *testing.T) {
 		}
 		return n
 	}
+	settling := func(n *corev1.Node) *corev1.Node {
+		n.Annotations[v1alpha1.ReleaseSettlingAnnotation] = n.Annotations[v1alpha1.ReleaseRunningAnnotation]
+		return n
+	}
 	for _, tc := range []struct {
 		name                  string
 		server, worker        *corev1.Node
 		asked                 string // the node given the target
 		progressing, degraded metav1.ConditionStatus
 		event                 string
+		says                  string // in Progressing's message, when not ""
 	}{
-		{"the server first", node("n", old, ""), node("w", old, ""), "n", metav1.ConditionTrue, metav1.ConditionFalse, "ReleaseMove"},
-		{"then the worker", node("n", want.String(), ""), node("w", old, ""), "w", metav1.ConditionTrue, metav1.ConditionFalse, "ReleaseMove"},
-		{"stopped where it failed", node("n", old, want.String()), node("w", old, ""), "", metav1.ConditionFalse, metav1.ConditionTrue, "ReleaseFailed"},
-		{"rolled out", node("n", want.String(), ""), node("w", want.String(), ""), "", metav1.ConditionFalse, metav1.ConditionFalse, "ReleaseRolledOut"},
+		{"the server first", node("n", old, ""), node("w", old, ""), "n", metav1.ConditionTrue, metav1.ConditionFalse, "ReleaseMove", ""},
+		{"then the worker", node("n", want.String(), ""), node("w", old, ""), "w", metav1.ConditionTrue, metav1.ConditionFalse, "ReleaseMove", ""},
+		{"not while the server settles", settling(node("n", want.String(), "")), node("w", old, ""), "", metav1.ConditionTrue, metav1.ConditionFalse, "", "settling on v0.2.0"},
+		{"stopped where it failed", node("n", old, want.String()), node("w", old, ""), "", metav1.ConditionFalse, metav1.ConditionTrue, "ReleaseFailed", ""},
+		{"rolled out", node("n", want.String(), ""), node("w", want.String(), ""), "", metav1.ConditionFalse, metav1.ConditionFalse, "ReleaseRolledOut", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := &v1alpha1.KubeAPIServer{Spec: v1alpha1.KubeAPIServerSpec{Release: &want},
@@ -165,7 +171,13 @@ func TestSyncRelease(t *testing.T) {
 			if tc.degraded == metav1.ConditionTrue && (!strings.Contains(d.Message, "node n") || d.Reason != "Exited") {
 				t.Errorf("Degraded %+v does not name the node and its reason", d)
 			}
-			if !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, tc.event) }) {
+			if tc.says != "" && !strings.Contains(p.Message, tc.says) {
+				t.Errorf("Progressing says %q; want %q in it", p.Message, tc.says)
+			}
+			if tc.event == "" && len(evs) > 0 {
+				t.Errorf("events %v, want none", evs)
+			}
+			if tc.event != "" && !slices.ContainsFunc(evs, func(e string) bool { return strings.Contains(e, tc.event) }) {
 				t.Errorf("events %v, want %s", evs, tc.event)
 			}
 			if rolling := tc.progressing == metav1.ConditionTrue; rolling != (next > 0 && next <= inFlightPoll) {

@@ -128,6 +128,9 @@ func (o *Operator) releaseNodes(ctx context.Context, st *v1alpha1.KubeAPIServerS
 		if !nodeReady(&n) {
 			why = append(why, "Node not Ready")
 		}
+		if s := a[v1alpha1.ReleaseSettlingAnnotation]; s != "" && s == rn.Running {
+			why = append(why, fmt.Sprintf("settling on %s (its up watches its components for a crash loop before the move is done)", releaseVersion(s)))
+		}
 		if rn.Server {
 			why = append(why, unready[n.Name]...)
 			if settled, msg, err := o.revisionSettled(ctx, st, n.Name); err != nil {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,6 +134,9 @@ func (o *Operator) observeNodes(ctx context.Context, st *v1alpha1.KubeAPIServerS
 		event(Event{corev1.EventTypeNormal, "NodeRemoved", fmt.Sprintf("node %s: removed from the cluster, no longer rolled", n)})
 	}
 	for i, ns := range st.NodeStatuses {
+		if err := o.retryFailedInstaller(ctx, ns, now.Time, event); err != nil {
+			return err
+		}
 		var evs []Event
 		st.NodeStatuses[i], evs = ObserveNode(ns, mirrors[ns.NodeName], o.installed(ns), now)
 		for _, e := range evs {
@@ -231,6 +235,49 @@ func (o *Operator) mirrors(ctx context.Context, live bool) (map[string]*Mirror, 
 		out[p.Spec.NodeName] = m
 	}
 	return out, nil
+}
+
+// installerRetryDelay is how long a failed installer stays before it is
+// made again: its Event and status are there to read, and one that fails
+// at once does not spin.
+const installerRetryDelay = 10 * time.Second
+
+// retryFailedInstaller makes the installer of ns's target revision again
+// when it failed (evicted under disk pressure, killed, its node
+// restarted): nothing else writes the revision's files, and the rollout
+// would wait for them for ever. A bad revision is not the installer's to
+// judge: it only copies files, and the startup monitor falls back from
+// what does not start.
+func (o *Operator) retryFailedInstaller(ctx context.Context, ns v1alpha1.NodeStatus, now time.Time, event func(Event)) error {
+	if ns.TargetRevision == 0 || ns.TargetRevision == ns.CurrentRevision {
+		return nil
+	}
+	p, err := o.installers.Get(InstallerName(ns.NodeName, ns.TargetRevision))
+	if err != nil || !InstallerFailed(p, now) {
+		return nil
+	}
+	err = o.Client.CoreV1().Pods(v1alpha1.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	event(Event{corev1.EventTypeWarning, "InstallerFailed", fmt.Sprintf("node %s: the installer of revision %d failed (%s); starting it again",
+		ns.NodeName, ns.TargetRevision, cmp.Or(p.Status.Message, p.Status.Reason, "no reason given"))})
+	return o.startInstaller(ctx, ns.NodeName, ns.TargetRevision, ns.LastFailedRevision, o.Topology.WithMonitor())
+}
+
+// InstallerFailed says installer pod p failed at least installerRetryDelay
+// before now.
+func InstallerFailed(p *corev1.Pod, now time.Time) bool {
+	if p.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	ended := p.CreationTimestamp.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(ended) {
+			ended = t.FinishedAt.Time
+		}
+	}
+	return now.Sub(ended) >= installerRetryDelay
 }
 
 // installed is when the installer of ns's target revision finished; zero

@@ -223,3 +223,41 @@ func TestSyncNodeWithoutTemplates(t *testing.T) {
 		t.Errorf("status not written: %+v", got.Status)
 	}
 }
+
+// TestSyncRetriesFailedInstaller: an installer evicted (or otherwise
+// failed) is made again once it has been failed for installerRetryDelay;
+// the rollout would wait for its files for ever.
+func TestSyncRetriesFailedInstaller(t *testing.T) {
+	now := time.Date(2026, 11, 27, 21, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		failedAgo time.Duration
+		retried   bool
+	}{
+		{"failed a minute ago", time.Minute, true},
+		{"failed just now", 2 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := v1alpha1.KubeAPIServer{Status: v1alpha1.KubeAPIServerStatus{LatestAvailableRevision: 2,
+				NodeStatuses: []v1alpha1.NodeStatus{{NodeName: "n", CurrentRevision: 1, TargetRevision: 2}}}}
+			installer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: InstallerName("n", 2), Namespace: v1alpha1.Namespace, UID: "evicted",
+				CreationTimestamp: metav1.NewTime(now.Add(-tc.failedAgo - time.Second))},
+				Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: ephemeral-storage.",
+					ContainerStatuses: []corev1.ContainerStatus{{Name: "installer", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+						ExitCode: 137, FinishedAt: metav1.NewTime(now.Add(-tc.failedAgo))}}}}}}
+			objs := append(append(existingRevision(t, 1, nil), existingRevision(t, 2, nil)...), mirrorPod("n", 1, 0, true), installer)
+			f := newSyncFixture(t, now, &obj, objs...)
+			_, evs, _ := f.sync(t)
+			p, err := f.client.CoreV1().Pods(v1alpha1.Namespace).Get(context.Background(), InstallerName("n", 2), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			said := slices.ContainsFunc(evs, func(e string) bool {
+				return strings.HasPrefix(e, "Warning InstallerFailed node n: the installer of revision 2 failed (The node was low on resource")
+			})
+			if retried := p.Status.Phase != corev1.PodFailed; retried != tc.retried || said != tc.retried {
+				t.Errorf("installer made again: %v, Event said so: %v (events %q); want %v", retried, said, evs, tc.retried)
+			}
+		})
+	}
+}

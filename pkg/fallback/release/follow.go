@@ -63,6 +63,10 @@ type Follower struct {
 // Run follows the rollout until ctx ends.
 func (f *Follower) Run(ctx context.Context) {
 	var running string
+	var self *Binary
+	if b, err := Self(); err == nil {
+		self = &b
+	}
 	failures := 0
 	t := time.NewTicker(cmp.Or(f.Poll, 2*time.Second))
 	defer t.Stop()
@@ -89,7 +93,8 @@ func (f *Follower) Run(ctx context.Context) {
 		// The Node says what runs and what last failed, whatever
 		// happened to it meanwhile (a failure recorded since, a Node
 		// made again).
-		if say := reportOf(running, st, node.Annotations); len(say) > 0 {
+		settling := self != nil && attempt(st, *self, Me()) && st.Settling
+		if say := reportOf(running, settling, st, node.Annotations); len(say) > 0 {
 			if err := f.annotate(ctx, say); err != nil {
 				f.Progress("release: saying which release this node runs: %v (trying again)", err)
 				continue
@@ -139,9 +144,14 @@ func runningRelease() (string, error) {
 }
 
 // reportOf is what the Node's annotations (have) lack of what this node
-// says: the release it runs, and the move it last failed (from the State).
-func reportOf(running string, st *State, have map[string]string) map[string]any {
+// says: the release it runs, whether it settles on it (a move's first
+// start watching its components), and the move it last failed (from the
+// State). A settling said before and over is removed (nil).
+func reportOf(running string, settling bool, st *State, have map[string]string) map[string]any {
 	want := map[string]string{v1alpha1.ReleaseRunningAnnotation: running}
+	if settling {
+		want[v1alpha1.ReleaseSettlingAnnotation] = running
+	}
 	if st != nil && st.Phase == Failed && st.Target != nil {
 		want[v1alpha1.ReleaseFailedAnnotation] = v1alpha1.Release{Version: st.Target.Release, Digest: st.Target.Digest}.String()
 		want[v1alpha1.ReleaseFailedReasonAnnotation] = st.Reason
@@ -152,6 +162,9 @@ func reportOf(running string, st *State, have map[string]string) map[string]any 
 		if have[k] != v {
 			say[k] = v
 		}
+	}
+	if _, ok := have[v1alpha1.ReleaseSettlingAnnotation]; ok && !settling {
+		say[v1alpha1.ReleaseSettlingAnnotation] = nil
 	}
 	return say
 }

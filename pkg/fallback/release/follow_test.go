@@ -96,15 +96,23 @@ func TestReportOfAndWanted(t *testing.T) {
 	const running, next = "v1@sha256:a", "v2@sha256:b"
 	failed := &State{Phase: Failed, Target: &Binary{Release: "v2", Digest: "sha256:b"}, Reason: ReasonExited, Message: "exited"}
 	moving := &State{Phase: Starting, Target: &Binary{Release: "v2", Digest: "sha256:b"}}
-	say := reportOf(running, failed, map[string]string{v1alpha1.ReleaseRunningAnnotation: running})
+	say := reportOf(running, false, failed, map[string]string{v1alpha1.ReleaseRunningAnnotation: running})
 	if len(say) != 3 || say[v1alpha1.ReleaseFailedAnnotation] != next || say[v1alpha1.ReleaseFailedReasonAnnotation] != ReasonExited {
 		t.Errorf("reportOf a failed move = %v; want the failure said, the running release not again", say)
 	}
-	if say := reportOf(running, &State{}, map[string]string{}); len(say) != 1 || say[v1alpha1.ReleaseRunningAnnotation] != running {
+	if say := reportOf(running, false, &State{}, map[string]string{}); len(say) != 1 || say[v1alpha1.ReleaseRunningAnnotation] != running {
 		t.Errorf("reportOf on a Node made again = %v; want the running release", say)
 	}
-	if say := reportOf(running, &State{}, map[string]string{v1alpha1.ReleaseRunningAnnotation: running}); len(say) != 0 {
+	if say := reportOf(running, false, &State{}, map[string]string{v1alpha1.ReleaseRunningAnnotation: running}); len(say) != 0 {
 		t.Errorf("reportOf with everything said = %v; want nothing", say)
+	}
+	if say := reportOf(running, true, moving, map[string]string{v1alpha1.ReleaseRunningAnnotation: running}); len(say) != 1 || say[v1alpha1.ReleaseSettlingAnnotation] != running {
+		t.Errorf("reportOf while settling = %v; want the settling release said", say)
+	}
+	if say := reportOf(running, false, &State{}, map[string]string{v1alpha1.ReleaseRunningAnnotation: running, v1alpha1.ReleaseSettlingAnnotation: running}); len(say) != 1 || say[v1alpha1.ReleaseSettlingAnnotation] != nil {
+		t.Errorf("reportOf once settled = %v; want the settling annotation removed", say)
+	} else if _, ok := say[v1alpha1.ReleaseSettlingAnnotation]; !ok {
+		t.Errorf("reportOf once settled = %v; want the settling annotation removed (a null in the patch)", say)
 	}
 	for _, tc := range []struct {
 		name string

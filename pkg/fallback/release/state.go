@@ -65,6 +65,9 @@ type State struct {
 	// StartedBy is the process that runs the target's first start: the
 	// up that handed over, whose pid an exec keeps.
 	StartedBy Process `json:"startedBy,omitempty"`
+	// Settling says the target's first start is up and settles (Settle)
+	// before the move is done.
+	Settling bool `json:"settling,omitempty"`
 	// Reason and Message say why the last move failed.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -181,14 +184,18 @@ func Up(st *State, self Binary, me Process) *State {
 	return &State{Current: self, Previous: &prev, Phase: Done}
 }
 
-// StartFailed is the State once the target's first start failed with err:
+// StartFailed is the State once the target's first start failed with err
+// (a *CrashLoopError while it settled, or any error before it was up):
 // the current binary runs again. nil when st is no such start.
 func StartFailed(st *State, self Binary, me Process, err error) *State {
 	if !attempt(st, self, me) {
 		return nil
 	}
 	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = Failed, Process{}, ReasonStartFailed, err.Error()
+	next.Phase, next.StartedBy, next.Settling, next.Reason, next.Message = Failed, Process{}, false, ReasonStartFailed, err.Error()
+	if crash := (*CrashLoopError)(nil); errors.As(err, &crash) {
+		next.Reason = ReasonCrashLoop
+	}
 	return &next
 }
 
@@ -201,7 +208,7 @@ func Requeue(st *State, me Process) *State {
 		return nil
 	}
 	next := *st
-	next.Phase, next.StartedBy = Pending, Process{}
+	next.Phase, next.StartedBy, next.Settling = Pending, Process{}, false
 	return &next
 }
 

@@ -283,6 +283,7 @@ func upRuns(dir string) bool {
 func waitMove(ctx context.Context, dir string, target Binary, wait time.Duration, out io.Writer) error {
 	deadline := time.Now().Add(wait)
 	var last Phase = Pending
+	settling := false
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
@@ -308,6 +309,10 @@ func waitMove(ctx context.Context, dir string, target Binary, wait time.Duration
 			if st.Phase == Starting {
 				fmt.Fprintf(out, "up %d hands over: the control plane restarts on release %s, the workloads keep running\n", st.StartedBy.Pid, target.Release)
 			}
+		}
+		if st.Phase == Starting && st.Settling && !settling {
+			settling = true
+			fmt.Fprintf(out, "release %s is up; it settles for %v (a component that restarts %d times in it sends the server back)\n", target.Release, SettleWindow, CrashLoopRestarts)
 		}
 	}
 	return fmt.Errorf("release %s not up within %v (steadyplane upgrade again waits on)", target.Release, wait)

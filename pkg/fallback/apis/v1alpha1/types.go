@@ -171,4 +171,9 @@ const (
 	ReleaseFailedAnnotation        = "release.steadyplane.io/failed"
 	ReleaseFailedReasonAnnotation  = "release.steadyplane.io/failed-reason"
 	ReleaseFailedMessageAnnotation = "release.steadyplane.io/failed-message"
+	// ReleaseSettlingAnnotation is the release the node runs while it
+	// settles on it: up on a move's first start watches its components
+	// for a while (a crash loop hands back) before the move counts as
+	// done. The operator moves no other node meanwhile.
+	ReleaseSettlingAnnotation = "release.steadyplane.io/settling"
 )
