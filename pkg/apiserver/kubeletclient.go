@@ -40,9 +40,18 @@ func installKubeletClientAccess(c *genericapiserver.Config, certFile string) err
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}
-	installRBAC(c, "steadyplane-kubelet-client-rbac", binding)
+	// A release handed in through the node proxy (steadyplane upgrade
+	// --kubeconfig) reaches the node as the API server's request: whoever
+	// may use nodes/proxy, which runs anything on a node already, may.
+	uploader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ReleaseUploaderRole, Labels: rbacutil.ManagedBy},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/releases"}, Verbs: []string{"update"}}}}
+	installRBAC(c, "steadyplane-kubelet-client-rbac", binding, uploader, rbacutil.UserBinding(ReleaseUploaderRole, "", user))
 	return nil
 }
+
+// ReleaseUploaderRole lets the API server hand a steadyplane binary to a
+// node's API (PUT /releases/<digest>, update on nodes/releases).
+const ReleaseUploaderRole = "steadyplane:release-uploader"
 
 // NodePeersRole lets every node read all Nodes, which the Node authorizer
 // no longer allows (a node reads only its own): a node agent routes the

@@ -183,6 +183,51 @@ func Find(dir, digest string) (string, error) {
 	return path, nil
 }
 
+// MaxSize bounds a binary received from another host (steadyplane's is
+// about a quarter of it): a sender cannot fill the disk before the digest
+// is checked.
+const MaxSize = 1 << 30
+
+// Receive writes the binary read from body into dir as Install would name
+// it, and returns its path, if its content is digest; nothing is left
+// otherwise. body is read up to MaxSize.
+func Receive(body io.Reader, dir, digest string) (string, error) {
+	h, err := ParseDigest(digest)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".receive-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(body, MaxSize+1))
+	if err == nil && n > MaxSize {
+		err = fmt.Errorf("the binary is over %d bytes: not installed", int64(MaxSize))
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != h {
+		return "", fmt.Errorf("the binary is sha256:%s, not %s: not installed", got, digest)
+	}
+	if err := os.Chmod(tmp.Name(), Mode); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, Prefix+h[:12])
+	return path, os.Rename(tmp.Name(), path)
+}
+
 // digests caches Digest by file identity: a node serving a release to
 // the others reads a quarter of a gigabyte once, not once per request.
 var digests sync.Map // fileIdent+path -> string

@@ -270,9 +270,11 @@ func TestHandRestartWithNextReleaseKeepsPods(t *testing.T) {
 // default: the hand-over leaves them all the same): to v0.9.2 and back
 // with --rollback. Then to a broken v0.9.3 whose up exits at start, after
 // which up, started again as a service manager would with the binary it
-// was first given, runs v0.9.1 and records the failure. Then v0.9.2
-// again, whose scheduler crash-loops while the move settles: up goes back
-// to v0.9.1 by itself. The pod's
+// was first given, runs v0.9.1 and records the failure. Then v0.9.2 from
+// the admin kubeconfig alone (upgrade --kubeconfig: the binary handed in
+// through the node proxy, the operator rolling it), and a rollback whose
+// scheduler crash-loops while the move settles: up goes back to v0.9.2 by
+// itself. The pod's
 // container, process, restarts and readiness never change, and what
 // upgrade refuses changes nothing.
 func TestUpgradeCommand(t *testing.T) {
@@ -381,19 +383,42 @@ func TestUpgradeCommand(t *testing.T) {
 	nodeRelease(t, kubectl, "v0.9.1")
 	pod.unchanged("back on v0.9.1")
 
+	// From a machine that is no server: the admin kubeconfig alone. The
+	// binary reaches the server through the API server's node proxy, and
+	// the operator rolls it, as over a cluster.
+	admin := filepath.Join(dataDir, "admin.kubeconfig")
+	remote, err := exec.CommandContext(ctx, v1, "upgrade", "--kubeconfig", admin, "--binary", filepath.Join(work, "steadyplane-next")).CombinedOutput()
+	t.Logf("steadyplane upgrade --kubeconfig:\n%s", remote)
+	if err != nil || !strings.Contains(string(remote), "server steadyplane has the binary") || !strings.Contains(string(remote), "every node runs release v0.9.2") {
+		t.Fatalf("upgrade --kubeconfig to v0.9.2: %v", err)
+	}
+	nodeRelease(t, kubectl, "v0.9.2")
+	pod.unchanged("on v0.9.2, rolled by the operator")
+
 	// A release that starts, but one of whose components crash-loops
-	// while the move settles: v0.9.2's scheduler, killed -9 as soon as it
-	// runs, twice. up hands the data directory back to v0.9.1 in place
-	// (the same process) and says which component failed.
+	// while the move settles: back to v0.9.1 (--rollback, through the
+	// operator now that it rolls this server's releases), whose scheduler
+	// is killed -9 as soon as it runs, twice. up hands the data directory
+	// back to v0.9.2 in place (the same process), and the rollout stops
+	// naming the component.
+	moreOf := func(text string, n int, timeout time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(timeout); strings.Count(up.Text(), text) <= n; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("up did not say %q again within %v:\n%s", text, timeout, up.Text())
+			}
+		}
+	}
+	settles, ups := strings.Count(up.Text(), "it settles for"), strings.Count(up.Text(), "steadyplane is up")
 	upgraded := make(chan string, 1)
 	go func() {
-		out, _ := upgrade("--binary", filepath.Join(work, "steadyplane-next"))
+		out, _ := upgrade("--rollback")
 		upgraded <- out
 	}()
-	up.WaitText(t, "it settles for", 4*time.Minute)
+	moreOf("it settles for", settles, 4*time.Minute)
 	for i := range release.CrashLoopRestarts {
 		pid := testup.KillComponent(t, dataDir, "scheduler")
-		t.Logf("killed v0.9.2's scheduler (%d), %d of %d", pid, i+1, release.CrashLoopRestarts)
+		t.Logf("killed v0.9.1's scheduler (%d), %d of %d", pid, i+1, release.CrashLoopRestarts)
 		for deadline := time.Now().Add(time.Minute); i+1 < release.CrashLoopRestarts; time.Sleep(200 * time.Millisecond) {
 			if again := testup.ComponentPid(dataDir, "scheduler"); again != 0 && again != pid {
 				break
@@ -405,28 +430,22 @@ func TestUpgradeCommand(t *testing.T) {
 	}
 	select {
 	case out := <-upgraded:
-		if !strings.Contains(out, "release v0.9.2 failed (CrashLoop): kube-scheduler") {
-			t.Errorf("upgrade to the crash-looping v0.9.2 says:\n%s\nwant it failed (CrashLoop) naming the scheduler", out)
+		if !strings.Contains(out, "release v0.9.1 stopped (CrashLoop)") || !strings.Contains(out, "kube-scheduler") {
+			t.Errorf("upgrade --rollback to the crash-looping v0.9.1 says:\n%s\nwant it stopped (CrashLoop) naming the scheduler", out)
 		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("upgrade did not end within 3 minutes of the crash loop")
+	case <-time.After(4 * time.Minute):
+		t.Fatal("upgrade did not end within 4 minutes of the crash loop")
 	}
-	up.WaitText(t, "handing back to v0.9.1", time.Minute)
-	// The same process goes on as v0.9.1's up.
-	for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, after, _ := strings.Cut(up.Text(), "handing back to v0.9.1")
-		if strings.Contains(after, "steadyplane is up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("up not up again on v0.9.1 within 4 minutes of handing back:\n%s", after)
-		}
+	if !strings.Contains(up.Text(), "handing back to v0.9.2") {
+		t.Errorf("up does not say it handed back to v0.9.2")
 	}
-	nodeRelease(t, kubectl, "v0.9.1")
-	if st, err := release.ReadState(dataDir); err != nil || st == nil || st.Reason != release.ReasonCrashLoop || st.Current.Release != "v0.9.1" {
-		t.Errorf("the data directory's release after the crash loop: %+v, %v; want v0.9.1 running and CrashLoop recorded", st, err)
+	// The same process goes on as v0.9.2's up.
+	moreOf("steadyplane is up", ups+1, 4*time.Minute)
+	nodeRelease(t, kubectl, "v0.9.2")
+	if st, err := release.ReadState(dataDir); err != nil || st == nil || st.Reason != release.ReasonCrashLoop || st.Current.Release != "v0.9.2" {
+		t.Errorf("the data directory's release after the crash loop: %+v, %v; want v0.9.2 running and CrashLoop recorded", st, err)
 	}
-	pod.unchanged("back on v0.9.1 after the crash loop")
+	pod.unchanged("back on v0.9.2 after the crash loop")
 	up.Stop(t)
 }
 

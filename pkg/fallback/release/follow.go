@@ -3,12 +3,9 @@ package release
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"net"
@@ -292,10 +289,6 @@ func (f *Follower) fetch(ctx context.Context, bin, digest string) (string, error
 	return "", errors.Join(errs...)
 }
 
-// maxBinarySize bounds a fetched binary (steadyplane's is about a quarter
-// of that): a peer cannot fill the disk before the digest is checked.
-const maxBinarySize = 1 << 30
-
 // fetchTimeout bounds one fetch of a binary (a quarter of a gigabyte).
 const fetchTimeout = 5 * time.Minute
 
@@ -313,8 +306,7 @@ func nodeAPIAddress(n *corev1.Node) string {
 // fetchFrom downloads url into bin as the installed copy of digest, checked
 // as it is written: a copy whose content is not digest is never installed.
 func fetchFrom(ctx context.Context, client *http.Client, url, bin, digest string) (string, error) {
-	h, err := binary.ParseDigest(digest)
-	if err != nil {
+	if _, err := binary.ParseDigest(digest); err != nil {
 		return "", err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -330,41 +322,12 @@ func fetchFrom(ctx context.Context, client *http.Client, url, bin, digest string
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return "", fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
-	if err := os.MkdirAll(bin, 0o700); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(bin, ".fetch-*")
+	path, err := binary.Receive(resp.Body, bin, digest)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("from %s: %w", url, err)
 	}
-	defer os.Remove(tmp.Name())
-	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(resp.Body, maxBinarySize+1))
-	if err == nil && n > maxBinarySize {
-		err = fmt.Errorf("the binary served is over %d bytes: not installed", int64(maxBinarySize))
-	}
-	if err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if got := hexOf(sum); got != h {
-		return "", fmt.Errorf("the binary served is sha256:%s, not %s: not installed", got, digest)
-	}
-	if err := os.Chmod(tmp.Name(), binary.Mode); err != nil {
-		return "", err
-	}
-	path := filepath.Join(bin, binary.Prefix+h[:12])
-	return path, os.Rename(tmp.Name(), path)
+	return path, nil
 }
-
-func hexOf(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
 // NodeAPICAConfigMap, in kube-public, holds the CA of the nodes' API
 // serving certificates (a certificate, no secret), which every node may

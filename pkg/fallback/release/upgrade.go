@@ -31,6 +31,10 @@ import (
 type UpgradeOptions struct {
 	// DataDir is the server's data directory.
 	DataDir string
+	// Kubeconfig, instead of DataDir, reaches the cluster from a machine
+	// that need not be a server: the binary is handed to the servers and
+	// the operator rolls it.
+	Kubeconfig string
 	// Binary is the steadyplane binary to move to.
 	Binary string
 	// Rollback moves back to the binary before the current one.
@@ -49,6 +53,9 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	out := o.Out
 	if out == nil {
 		out = io.Discard
+	}
+	if o.Kubeconfig != "" {
+		return upgradeFrom(ctx, o.Kubeconfig, o, out)
 	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err == nil {
@@ -81,15 +88,10 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	default:
 		target.Path = o.Binary
 	}
-	info, err := DescribeBinary(ctx, target.Path)
+	info, versions, err := describeTarget(ctx, target.Path, out)
 	if err != nil {
 		return err
 	}
-	versions, err := versionsOf(info)
-	if err != nil {
-		return fmt.Errorf("%s: %w", target.Path, err)
-	}
-	fmt.Fprintf(out, "target: release %s (Kubernetes %s, commit %s)\n", info.Release, info.Kubernetes, info.Commit)
 	nodes, err := checkCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), Move{Target: versions, Rollback: o.Rollback}, out)
 	if err != nil {
 		// Going back is what a server whose API does not answer may
@@ -106,8 +108,9 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 		}
 		target = Binary{Path: installed, Release: info.Release}
 	}
-	if len(nodes) > 1 {
-		// A cluster moves through its operator, one node at a time.
+	if len(nodes) > 1 || releaseSet(ctx, filepath.Join(dir, "admin.kubeconfig")) {
+		// A cluster moves through its operator, one node at a time, and
+		// so does one server once the operator rolls its releases.
 		return upgradeCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), target, o.Wait, out)
 	}
 	if target.Path == st.Current.Path {
@@ -215,6 +218,21 @@ func DescribeBinary(ctx context.Context, path string) (buildinfo.Info, error) {
 		return buildinfo.Info{}, fmt.Errorf("%s is no steadyplane binary of a release: its version says %q", path, b)
 	}
 	return info, nil
+}
+
+// describeTarget is what the binary at path says of itself, and the
+// versions the skew policy compares, printed as the move's target.
+func describeTarget(ctx context.Context, path string, out io.Writer) (buildinfo.Info, Versions, error) {
+	info, err := DescribeBinary(ctx, path)
+	if err != nil {
+		return info, Versions{}, err
+	}
+	versions, err := versionsOf(info)
+	if err != nil {
+		return info, Versions{}, fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Fprintf(out, "target: release %s (Kubernetes %s, commit %s)\n", info.Release, info.Kubernetes, info.Commit)
+	return info, versions, nil
 }
 
 // versionsOf is what a binary's version says, parsed.

@@ -122,3 +122,21 @@ func TestAliveNamesOneProcess(t *testing.T) {
 		t.Error("no process is alive")
 	}
 }
+
+// TestUpgradeFromRefuses: from a kubeconfig, what cannot be done is said
+// before anything is read or sent.
+func TestUpgradeFromRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    UpgradeOptions
+		says string
+	}{
+		{"a rollback", UpgradeOptions{Kubeconfig: "/nonexistent/admin.kubeconfig", Rollback: true}, "run it there (--data-dir)"},
+		{"no binary", UpgradeOptions{Kubeconfig: "/nonexistent/admin.kubeconfig"}, "--binary names"},
+		{"a binary that is none", UpgradeOptions{Kubeconfig: "/nonexistent/admin.kubeconfig", Binary: "/nonexistent/steadyplane"}, "no such file"},
+	} {
+		if err := Upgrade(context.Background(), tc.o); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: Upgrade = %v, want an error saying %q", tc.name, err, tc.says)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package kubeletapi
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -244,5 +247,58 @@ func TestReleases(t *testing.T) {
 		t.Errorf("GET /releases with no release directory: %v %v, want 404", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestReceiveRelease: PUT /releases/<digest> installs a body whose content
+// is the digest, and nothing else.
+func TestReceiveRelease(t *testing.T) {
+	dir := t.TempDir()
+	srv := httptest.NewServer((&Server{host: fakeHost{t.TempDir()}, opts: Options{ReleaseDir: dir}}).routes())
+	defer srv.Close()
+	content := []byte("a release handed in")
+	sum := sha256.Sum256(content)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	put := func(digest string, body []byte) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPut, srv.URL+"/releases/"+digest, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		name   string
+		digest string
+		body   []byte
+		code   int
+		says   string
+	}{
+		{"another content", digest, []byte("something else"), 400, "not installed"},
+		{"no digest", "md5:00", content, 400, "is no digest"},
+		{"its content", digest, content, 201, "installed"},
+		{"again", digest, content, 200, "here already"},
+	} {
+		if code, says := put(tt.digest, tt.body); code != tt.code || !strings.Contains(says, tt.says) {
+			t.Errorf("%s: PUT = %d %q, want %d %q", tt.name, code, says, tt.code, tt.says)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("the release directory holds %v, want the one binary installed (nothing left of the refused ones)", entries)
+	}
+	if path, err := binary.Find(dir, digest); err != nil {
+		t.Errorf("the received binary is not found by its digest: %v", err)
+	} else if st, err := os.Stat(path); err != nil || st.Mode().Perm() != binary.Mode {
+		t.Errorf("the received binary: %v, %v; want mode %o", st, err, binary.Mode)
 	}
 }

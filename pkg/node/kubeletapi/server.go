@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/steadyplane/steadyplane/pkg/binary"
@@ -75,8 +76,9 @@ type Options struct {
 	// Metrics serves /metrics; nil for none.
 	Metrics http.Handler
 	// ReleaseDir holds the steadyplane binaries the node has installed,
-	// served to other nodes by digest (GET /releases/sha256:<hex>); ""
-	// for none.
+	// served to other nodes by digest (GET /releases/sha256:<hex>), and
+	// takes one handed in (PUT, as steadyplane upgrade --kubeconfig does
+	// through the API server's node proxy); "" for none.
 	ReleaseDir string
 	// StreamIdleTimeout closes an exec, attach or port-forward stream
 	// idle that long (the kubelet's default: 4h).
@@ -154,6 +156,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
 	if s.opts.ReleaseDir != "" {
 		mux.HandleFunc("GET /releases/{digest}", s.release)
+		mux.HandleFunc("PUT /releases/{digest}", s.receiveRelease)
 	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)
@@ -204,4 +207,30 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	served()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// receiveRelease installs the binary in the request's body, if its content
+// is the digest the path names (authorized as update on nodes/releases):
+// the release's first copy in the cluster, which the other nodes fetch
+// from here.
+func (s *Server) receiveRelease(w http.ResponseWriter, r *http.Request) {
+	digest := r.PathValue("digest")
+	if _, err := binary.ParseDigest(digest); err != nil {
+		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	if path, err := binary.Find(s.opts.ReleaseDir, digest); err == nil {
+		served()
+		fmt.Fprintf(w, "%s is here already (%s)\n", digest, filepath.Base(path))
+		return
+	}
+	path, err := binary.Receive(r.Body, s.opts.ReleaseDir, digest)
+	if err != nil {
+		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	klog.InfoS("Received a release", "digest", digest, "path", path)
+	served()
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, "%s installed (%s)\n", digest, filepath.Base(path))
 }
