@@ -21,8 +21,9 @@ import (
 
 // KubeletClientBinding is the ClusterRoleBinding that lets the API server's
 // kubelet client certificate use the node API (logs, exec, attach,
-// port-forward) through upstream's system:kubelet-api-admin role, and
-// nothing else: the certificate is not in system:masters.
+// port-forward) through upstream's system:kubelet-api-admin role; with
+// ReleaseUploaderRole, that is all it may: the certificate is not in
+// system:masters.
 const KubeletClientBinding = "steadyplane:kube-apiserver-kubelet-client"
 
 // installKubeletClientAccess adds a post-start hook that binds the user of

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -188,9 +189,15 @@ func Find(dir, digest string) (string, error) {
 // is checked.
 const MaxSize = 1 << 30
 
+// ErrRefused wraps Receive's refusals of what it was sent (too large, not
+// the digest, a name another binary holds), as opposed to failures to
+// write it.
+var ErrRefused = errors.New("refused")
+
 // Receive writes the binary read from body into dir as Install would name
 // it, and returns its path, if its content is digest; nothing is left
-// otherwise. body is read up to MaxSize.
+// otherwise, and a copy another binary holds under that name is not
+// replaced. body is read up to MaxSize.
 func Receive(body io.Reader, dir, digest string) (string, error) {
 	h, err := ParseDigest(digest)
 	if err != nil {
@@ -207,7 +214,7 @@ func Receive(body io.Reader, dir, digest string) (string, error) {
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(body, MaxSize+1))
 	if err == nil && n > MaxSize {
-		err = fmt.Errorf("the binary is over %d bytes: not installed", int64(MaxSize))
+		err = fmt.Errorf("%w: the binary is over %d bytes: not installed", ErrRefused, int64(MaxSize))
 	}
 	if err == nil {
 		err = tmp.Sync()
@@ -219,13 +226,23 @@ func Receive(body io.Reader, dir, digest string) (string, error) {
 		return "", err
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != h {
-		return "", fmt.Errorf("the binary is sha256:%s, not %s: not installed", got, digest)
+		return "", fmt.Errorf("%w: the binary is sha256:%s, not %s: not installed", ErrRefused, got, digest)
 	}
 	if err := os.Chmod(tmp.Name(), Mode); err != nil {
 		return "", err
 	}
+	// A link, not a rename: the name (12 hex digits of the digest) may
+	// hold a copy already, maybe the one that runs.
 	path := filepath.Join(dir, Prefix+h[:12])
-	return path, os.Rename(tmp.Name(), path)
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		if d, derr := Digest(path); derr == nil && d == digest {
+			return path, nil
+		}
+		return "", fmt.Errorf("%w: %s holds another binary; not replaced", ErrRefused, path)
+	} else if err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // digests caches Digest by file identity: a node serving a release to

@@ -15,6 +15,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
 	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
+	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 )
 
 // The data directory's release (package release): which binary runs it,
@@ -80,10 +81,10 @@ func componentRuns(pods []localstatus.Pod) []release.ComponentRun {
 		if !p.Static {
 			continue
 		}
-		r := release.ComponentRun{Name: p.Name, UID: string(p.UID), Running: len(p.Status.ContainerStatuses) > 0}
+		r := release.ComponentRun{Name: p.Name, UID: string(p.UID)}
 		for _, cs := range p.Status.ContainerStatuses {
 			r.Restarts += cs.RestartCount
-			r.Running = r.Running && cs.State.Running != nil
+			r.BackingOff = r.BackingOff || cs.State.Waiting != nil && cs.State.Waiting.Reason == podworker.ReasonCrashLoopBackOff
 			if t := cs.LastTerminationState.Terminated; t != nil {
 				r.LastEnd = monitor.DescribeEnd(t)
 			}

@@ -257,7 +257,10 @@ func (o *Operator) retryFailedInstaller(ctx context.Context, ns v1alpha1.NodeSta
 		return nil
 	}
 	err = o.Client.CoreV1().Pods(v1alpha1.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsConflict(err):
+		return nil // made again already; the informer is behind
+	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
 	event(Event{corev1.EventTypeWarning, "InstallerFailed", fmt.Sprintf("node %s: the installer of revision %d failed (%s); starting it again",

@@ -227,10 +227,9 @@ func (f *Follower) prepare(ctx context.Context, target string) error {
 	if st == nil {
 		return errors.New("this node has no release state yet")
 	}
-	next := *st
+	next := st.to(Pending, Process{}, "", "")
 	next.Target = &Binary{Path: path, Release: version, Digest: digest}
-	next.Phase, next.StartedBy, next.Reason, next.Message = Pending, Process{}, "", ""
-	if err := WriteState(f.DataDir, &next); err != nil {
+	if err := WriteState(f.DataDir, next); err != nil {
 		return err
 	}
 	f.Progress("release: moving from %s to %s, as the operator asks", st.Current.Release, version)

@@ -114,9 +114,7 @@ func Requested(dir string, progress Progress) string {
 	if me, err := Self(); err == nil && me.Path == st.Target.Path {
 		return ""
 	}
-	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = Starting, Me(), "", ""
-	if err := WriteState(dir, &next); err != nil {
+	if err := WriteState(dir, st.to(Starting, Me(), "", "")); err != nil {
 		progress("release state: %v", err)
 		return ""
 	}
@@ -140,9 +138,7 @@ func Fail(dir, reason, why string, progress Progress) {
 	if err != nil || st == nil || st.Target == nil || !(st.Phase == Pending || st.Phase == Starting && st.StartedBy == Me()) {
 		return
 	}
-	next := *st
-	next.Phase, next.StartedBy, next.Reason, next.Message = Failed, Process{}, reason, why
-	if err := WriteState(dir, &next); err != nil {
+	if err := WriteState(dir, st.to(Failed, Process{}, reason, why)); err != nil {
 		progress("release state: %v", err)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,7 +77,10 @@ func handIn(ctx context.Context, kubeconfig string, nodes []Node, path, digest s
 		took++
 		fmt.Fprintf(out, "server %s has the binary (%s)\n", n.Name, digest)
 	}
-	if took == 0 {
+	switch {
+	case took == 0 && len(errs) == 0:
+		return fmt.Errorf("no Node is a server (one with templates in %s, which the kubeconfig must read): nothing changed", v1alpha1.Namespace)
+	case took == 0:
 		return fmt.Errorf("no server took the binary, nothing changed: %w", errors.Join(errs...))
 	}
 	return nil
@@ -97,17 +101,23 @@ func handInTo(ctx context.Context, client kubernetes.Interface, node, path, dige
 
 // releaseSet says the cluster's KubeAPIServer names a release: once the
 // operator rolls releases, a move of one server alone would be undone by
-// it, so every move goes through it.
-func releaseSet(ctx context.Context, kubeconfig string) bool {
+// it, so every move goes through it. An error says it could not tell.
+func releaseSet(ctx context.Context, kubeconfig string) (bool, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return false
+		return false, err
 	}
 	cfg.Timeout = 10 * time.Second
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return false
+		return false, err
 	}
 	k, err := v1alpha1.Client{Dynamic: dyn}.Get(ctx, v1alpha1.Name)
-	return err == nil && k.Spec.Release != nil
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return k.Spec.Release != nil, nil
 }

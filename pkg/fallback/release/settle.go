@@ -39,8 +39,9 @@ type ComponentRun struct {
 	Name, UID string
 	// Restarts sums its containers' restart counts.
 	Restarts int32
-	// Running says every container runs.
-	Running bool
+	// BackingOff says a container waits to be started again after
+	// crashing more than once (the agent's CrashLoopBackOff).
+	BackingOff bool
 	// LastEnd says how a container last ended ("" when none did).
 	LastEnd string
 }
@@ -55,6 +56,10 @@ type CrashLoopError struct {
 
 func (e *CrashLoopError) Error() string {
 	s := fmt.Sprintf("%s restarted %d times within %v of being up", e.Component, e.Restarts, e.Window)
+	if e.Restarts < CrashLoopRestarts {
+		// It was backing off already when the window began.
+		s = fmt.Sprintf("%s crash-loops (the node agent backs off from restarting it) within %v of being up", e.Component, e.Window)
+	}
 	if e.LastEnd != "" {
 		s += "; it last ended with " + e.LastEnd
 	}
@@ -62,15 +67,17 @@ func (e *CrashLoopError) Error() string {
 }
 
 // CrashLooping is the component of now that restarted CrashLoopRestarts
-// times since base (a pod not in base, made since, counts from zero), nil
-// when none did.
+// times since base (a pod not in base, made since, counts from zero), or
+// that backs off from crashing, nil when none.
 func CrashLooping(base, now []ComponentRun, window time.Duration) *CrashLoopError {
 	for _, c := range now {
 		var before int32
 		if i := slices.IndexFunc(base, func(b ComponentRun) bool { return b.UID == c.UID }); i >= 0 {
 			before = base[i].Restarts
 		}
-		if d := c.Restarts - before; d >= CrashLoopRestarts {
+		// A component backing off crash-looped already, maybe since
+		// before the base was taken.
+		if d := c.Restarts - before; d >= CrashLoopRestarts || c.BackingOff {
 			return &CrashLoopError{Component: c.Name, Restarts: d, Window: window, LastEnd: c.LastEnd}
 		}
 	}
@@ -86,28 +93,38 @@ type Settle struct {
 	// Now is the clock.
 	Now func() time.Time
 
-	began time.Time
-	base  []ComponentRun
+	began, answered time.Time
+	base            []ComponentRun
 }
+
+// settleNoAnswer is how long, in windows, the node agent may not answer
+// before the move is judged failed: a node whose agent does not answer
+// cannot say its components run.
+const settleNoAnswer = 3
 
 // Step looks at the components once: done once the window passed with no
 // crash loop, a *CrashLoopError when one crash-loops. A look that fails
 // (the agent restarting) is taken again at the next step; the window does
-// not end before one look after it succeeds.
+// not end before one look after it succeeds, and an agent that answers no
+// look for settleNoAnswer windows fails the move.
 func (s *Settle) Step(ctx context.Context) (done bool, err error) {
 	now := s.Now()
+	if s.answered.IsZero() {
+		s.answered = now
+	}
 	runs, oerr := s.Observe(ctx)
-	if s.base == nil {
-		if oerr != nil {
-			return false, nil
+	if oerr != nil {
+		if now.Sub(s.answered) >= settleNoAnswer*s.Window {
+			return false, fmt.Errorf("the node agent did not answer for %v while the move settled: %w", now.Sub(s.answered), oerr)
 		}
+		return false, nil
+	}
+	s.answered = now
+	if s.base == nil {
 		s.began, s.base = now, runs
 		if s.base == nil {
 			s.base = []ComponentRun{}
 		}
-		return false, nil
-	}
-	if oerr != nil {
 		return false, nil
 	}
 	if e := CrashLooping(s.base, runs, s.Window); e != nil {

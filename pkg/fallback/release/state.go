@@ -130,12 +130,10 @@ func Start(st *State, self Binary, me Process, exists func(string) bool, alive f
 	if st == nil {
 		return Decision{Run: self, Write: &State{Current: self}}
 	}
-	next := *st
 	switch st.Phase {
 	case Pending:
 		if st.Target != nil && exists(st.Target.Path) {
-			next.Phase, next.StartedBy, next.Reason, next.Message = Starting, me, "", ""
-			return Decision{Run: *st.Target, Write: &next, Note: fmt.Sprintf("moving to release %s (%s)", st.Target.Release, st.Target.Path)}
+			return Decision{Run: *st.Target, Write: st.to(Starting, me, "", ""), Note: fmt.Sprintf("moving to release %s (%s)", st.Target.Release, st.Target.Path)}
 		}
 	case Starting:
 		if st.Target != nil && st.StartedBy == me && self.Path == st.Target.Path {
@@ -147,14 +145,16 @@ func Start(st *State, self Binary, me Process, exists func(string) bool, alive f
 			return Decision{Run: self}
 		}
 		if st.Target != nil {
-			next.Phase, next.StartedBy = Failed, Process{}
-			next.Reason = ReasonExited
-			next.Message = fmt.Sprintf("up of release %s exited before it was up", st.Target.Release)
+			what := "before it was up"
+			if st.Settling {
+				what = "while it settled"
+			}
+			next := st.to(Failed, Process{}, ReasonExited, fmt.Sprintf("up of release %s exited %s", st.Target.Release, what))
 			run := st.Current
 			if !exists(run.Path) {
 				run = self
 			}
-			return Decision{Run: run, Write: &next, Note: fmt.Sprintf("release %s failed (%s: %s); running %s", st.Target.Release, next.Reason, next.Message, run.Release)}
+			return Decision{Run: run, Write: next, Note: fmt.Sprintf("release %s failed (%s: %s); running %s", st.Target.Release, next.Reason, next.Message, run.Release)}
 		}
 	}
 	if self.Path == st.Current.Path {
@@ -163,15 +163,25 @@ func Start(st *State, self Binary, me Process, exists func(string) bool, alive f
 	if !exists(st.Current.Path) {
 		// Nothing to go back to: this binary is current.
 		prev := st.Current
-		next.Current, next.Previous, next.Target, next.Phase, next.StartedBy = self, &prev, nil, "", Process{}
-		return Decision{Run: self, Write: &next}
+		next := st.to("", Process{}, st.Reason, st.Message)
+		next.Current, next.Previous, next.Target = self, &prev, nil
+		return Decision{Run: self, Write: next}
 	}
 	movedFrom := st.Previous != nil && self.Path == st.Previous.Path || st.Phase == Failed && st.Target != nil && self.Path == st.Target.Path
 	if movedFrom || olderRelease(self.Release, st.Current.Release) {
 		return Decision{Run: st.Current, Note: fmt.Sprintf("this data directory runs release %s (%s); starting it instead of %s (steadyplane upgrade moves it)", st.Current.Release, st.Current.Path, self.Release)}
 	}
-	next.Target, next.Phase, next.StartedBy, next.Reason, next.Message = &self, Starting, me, "", ""
-	return Decision{Run: self, Write: &next, Note: fmt.Sprintf("moving by hand from release %s to %s", st.Current.Release, self.Release)}
+	next := st.to(Starting, me, "", "")
+	next.Target = &self
+	return Decision{Run: self, Write: next, Note: fmt.Sprintf("moving by hand from release %s to %s", st.Current.Release, self.Release)}
+}
+
+// to is st moved to phase, started by by (Starting) and failed for reason
+// and message (Failed): a copy, whose settling, a part of the phase
+// before, is over.
+func (st State) to(phase Phase, by Process, reason, message string) *State {
+	st.Phase, st.StartedBy, st.Reason, st.Message, st.Settling = phase, by, reason, message, false
+	return &st
 }
 
 // Up is the State once the target's first start is up: the target is
@@ -191,12 +201,11 @@ func StartFailed(st *State, self Binary, me Process, err error) *State {
 	if !attempt(st, self, me) {
 		return nil
 	}
-	next := *st
-	next.Phase, next.StartedBy, next.Settling, next.Reason, next.Message = Failed, Process{}, false, ReasonStartFailed, err.Error()
+	next := st.to(Failed, Process{}, ReasonStartFailed, err.Error())
 	if crash := (*CrashLoopError)(nil); errors.As(err, &crash) {
 		next.Reason = ReasonCrashLoop
 	}
-	return &next
+	return next
 }
 
 // Requeue is the State once this process (me), which marked the move
@@ -207,9 +216,7 @@ func Requeue(st *State, me Process) *State {
 	if st == nil || st.Phase != Starting || st.StartedBy != me {
 		return nil
 	}
-	next := *st
-	next.Phase, next.StartedBy, next.Settling = Pending, Process{}, false
-	return &next
+	return st.to(Pending, Process{}, st.Reason, st.Message)
 }
 
 // attempt says this up (self, me) runs the first start of st's move.

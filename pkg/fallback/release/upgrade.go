@@ -49,6 +49,9 @@ type UpgradeOptions struct {
 // binary and the version skew against the cluster's Nodes before anything
 // changes, installs it by content, asks for the move (State Pending), and
 // waits for the server's up to hand over and come up on it, or to fall back.
+// In a cluster, or once the operator rolls releases, it sets spec.release
+// for the operator to roll instead (upgradeCluster); with o.Kubeconfig it
+// does so from anywhere, handing the binary to the servers (upgradeFrom).
 func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	out := o.Out
 	if out == nil {
@@ -108,7 +111,14 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 		}
 		target = Binary{Path: installed, Release: info.Release}
 	}
-	if len(nodes) > 1 || releaseSet(ctx, filepath.Join(dir, "admin.kubeconfig")) {
+	byOperator, err := releaseSet(ctx, filepath.Join(dir, "admin.kubeconfig"))
+	switch {
+	case err != nil && !o.Rollback:
+		return fmt.Errorf("reading the KubeAPIServer, to know whether its operator rolls this server's releases: %w", err)
+	case err != nil:
+		fmt.Fprintf(out, "WARNING: reading the KubeAPIServer: %v; going back on this server alone (an operator that rolls releases may move it again)\n", err)
+	}
+	if len(nodes) > 1 || byOperator {
 		// A cluster moves through its operator, one node at a time, and
 		// so does one server once the operator rolls its releases.
 		return upgradeCluster(ctx, filepath.Join(dir, "admin.kubeconfig"), target, o.Wait, out)
@@ -120,9 +130,9 @@ func Upgrade(ctx context.Context, o UpgradeOptions) error {
 	// The API server's revisions before the move: one made after it that
 	// falls back is the move's.
 	revision := latestRevision(ctx, filepath.Join(dir, "admin.kubeconfig"))
-	next := *st
-	next.Target, next.Phase, next.StartedBy, next.Reason, next.Message = &target, Pending, Process{}, "", ""
-	if err := WriteState(dir, &next); err != nil {
+	next := st.to(Pending, Process{}, "", "")
+	next.Target = &target
+	if err := WriteState(dir, next); err != nil {
 		return err
 	}
 	if !upRuns(dir) {

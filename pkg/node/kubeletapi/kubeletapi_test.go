@@ -296,6 +296,21 @@ func TestReceiveRelease(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("the release directory holds %v, want the one binary installed (nothing left of the refused ones)", entries)
 	}
+	// The name (12 hex digits of the digest) held by another binary, the
+	// one that runs maybe: refused, not replaced.
+	other := []byte("another release")
+	osum := sha256.Sum256(other)
+	odigest := "sha256:" + hex.EncodeToString(osum[:])
+	holder := filepath.Join(dir, binary.Prefix+hex.EncodeToString(osum[:])[:12])
+	if err := os.WriteFile(holder, []byte("the binary that runs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, says := put(odigest, other); code != 400 || !strings.Contains(says, "holds another binary") {
+		t.Errorf("PUT over a name another binary holds = %d %q, want 400 and a refusal", code, says)
+	}
+	if b, _ := os.ReadFile(holder); string(b) != "the binary that runs" {
+		t.Errorf("the binary under that name became %q", b)
+	}
 	if path, err := binary.Find(dir, digest); err != nil {
 		t.Errorf("the received binary is not found by its digest: %v", err)
 	} else if st, err := os.Stat(path); err != nil || st.Mode().Perm() != binary.Mode {

@@ -225,8 +225,12 @@ func (s *Server) receiveRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path, err := binary.Receive(r.Body, s.opts.ReleaseDir, digest)
-	if err != nil {
+	if errors.Is(err, binary.ErrRefused) {
 		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
 		return
 	}
 	klog.InfoS("Received a release", "digest", digest, "path", path)
