@@ -40,7 +40,10 @@ func newContainerExitedCommand() *cobra.Command {
 func newNodeCommand() *cobra.Command {
 	hostname, _ := os.Hostname()
 	c := node.Config{
-		Agent:   agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true, ResolverConfig: "/etc/resolv.conf"},
+		// A worker runs pods as a server's agent does (up's flags): a
+		// seccomp filter by default and a PID limit.
+		Agent: agent.Options{NodeName: hostname, NodeIP: "127.0.0.1", RootDir: "/var/lib/steadyplane/node", StopPodsOnExit: true, ResolverConfig: "/etc/resolv.conf",
+			SeccompDefault: true, PodPidsLimit: agent.DefaultPodPidsLimit},
 		Runtime: "auto", Network: podnet.Config{PodCIDR: "10.244.0.0/24", Bridge: "steadyplane0"}, LogMaxFiles: crilog.DefaultMaxFiles,
 		EvictionHard: maps.Clone(agent.DefaultEvictionHard), APIPort: 10250, Proxy: true, ProxyMode: kubeproxy.ModeAuto,
 	}
@@ -124,8 +127,8 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&c.ImageImportDir, "image-import-dir", "", "Directory whose image archives (docker save or OCI, *.tar, *.tar.gz) are imported at start; empty for none. `up` uses <data-dir>/images.")
 	fs.Var(&quantityFlag{&logMaxSize}, "container-log-max-size", "Size at which a container's log is rotated, as the kubelet's (e.g. 10Mi).")
 	fs.IntVar(&c.LogMaxFiles, "container-log-max-files", c.LogMaxFiles, "Log files kept per container run, the current one included, as the kubelet's.")
-	fs.Int64Var(&o.PodPidsLimit, "pod-max-pids", 0, "Most processes and threads each container may have (cgroup pids.max), as the kubelet's --pod-max-pids; 0 for no limit. `up` sets 4096.")
-	fs.BoolVar(&o.SeccompDefault, "seccomp-default", false, "Give containers that name no seccomp profile RuntimeDefault (Docker's and containerd's default filter) instead of Unconfined, as the kubelet's flag. Localhost profiles are read from <root-dir>/seccomp.")
+	fs.Int64Var(&o.PodPidsLimit, "pod-max-pids", o.PodPidsLimit, "Most processes and threads each container may have (cgroup pids.max), as the kubelet's --pod-max-pids; 0 for no limit. The same on servers (up) and workers.")
+	fs.BoolVar(&o.SeccompDefault, "seccomp-default", o.SeccompDefault, "Give containers that name no seccomp profile RuntimeDefault (Docker's and containerd's default filter) instead of Unconfined, as the kubelet's flag (on by default, on servers and workers alike; --seccomp-default=false for Unconfined). Localhost profiles are read from <root-dir>/seccomp.")
 	fs.StringVar(&c.RegistriesFile, "registries-config", "", "The node's registries file, as k3s's registries.yaml: mirrors tried before a registry (an http:// endpoint allows plain HTTP to it), and per registry host a login (auth) and a CA (tls.ca_file); insecure_skip_verify is refused. A file that does not exist is none. `up` uses <data-dir>/registries.yaml.")
 	fs.StringSliceVar(&o.InsecureRegistries, "insecure-registry", nil, "Registry (host or host:port) that may be pulled from over plain HTTP; registries on loopback addresses always may. Repeatable.")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", o.StatusInterval, "How often the Node's Ready heartbeat is written (default 10s).")

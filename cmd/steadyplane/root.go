@@ -34,6 +34,8 @@ Start a single-node control plane in ./.steadyplane with:
 		newProxyCommand(),
 		newDNSCommand(),
 		newCertsCommand(),
+		newTokenCommand(),
+		newEtcdSnapshotCommand(),
 		newNodeCommand(),
 		newContainerExitedCommand(),
 		newReadinessControllerCommand(),

@@ -249,3 +249,13 @@ func RequireNetwork(t testing.TB) {
 // Gateway is the test's own address on the hosts' bridge: a server the test
 // runs there is reachable from every host, as a pod would be.
 func (nw *Network) Gateway() net.IP { return hostIP(nw.Subnet, 1) }
+
+// RequireUnusedRange fails t unless no route of the machine is in the
+// /16 cidr (e.g. 10.216.0.0/16), which a test's cluster gives its pods.
+func RequireUnusedRange(t testing.TB, cidr string) {
+	t.Helper()
+	prefix := strings.Join(strings.SplitN(cidr, ".", 3)[:2], ".") + "."
+	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), prefix) {
+		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", cidr, err)
+	}
+}

@@ -16,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testimage"
+	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
@@ -149,6 +152,10 @@ func (p *Up) Text() string {
 	defer p.mu.Unlock()
 	return strings.Join(p.output, "\n")
 }
+
+// Args are the command's arguments after the binary: up's flags, to run
+// it again (or once with more flags) as it was started.
+func (p *Up) Args() []string { return append([]string(nil), p.args...) }
 
 // Stop sends SIGTERM, as Ctrl-C or a service manager would, and waits.
 func (p *Up) Stop(t *testing.T) {
@@ -294,14 +301,76 @@ func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (co
 	}
 	return ctx, dataDir, func(name, script string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(k)+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		t.Logf("%s:\n%s", name, out)
-		if err != nil {
-			t.Fatalf("%s failed: %v", name, err)
-		}
-		return string(out)
+		return RunScript(t, ctx, name, work, script, filepath.Dir(k))
 	}
+}
+
+// RunScript runs a walkthrough's bash script in dir, with pathDirs first
+// on the PATH, and returns its output, failing the test if it fails.
+func RunScript(t *testing.T, ctx context.Context, name, dir, script string, pathDirs ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+strings.Join(append(pathDirs, os.Getenv("PATH")), ":"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", name, out)
+	if err != nil {
+		t.Fatalf("%s failed: %v", name, err)
+	}
+	return string(out)
+}
+
+// KeepLogs copies a failed test's server logs (up's components and the
+// static pods' containers) to $TMPDIR/steadyplane-e2e-ha/<name>, which the
+// test's temporary directory does not outlive.
+func KeepLogs(t *testing.T, name, dataDir string) {
+	if !t.Failed() {
+		return
+	}
+	dst := filepath.Join(os.TempDir(), "steadyplane-e2e-ha", name)
+	_ = os.RemoveAll(dst)
+	_ = filepath.WalkDir(dataDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil
+		}
+		rel, _ := filepath.Rel(dataDir, path)
+		if b, err := os.ReadFile(path); err == nil {
+			_ = os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o700)
+			_ = os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+		}
+		return nil
+	})
+	t.Logf("%s's logs: %s", name, dst)
+}
+
+// HAClient is a client-go clientset from kubeconfig with steadyplane's
+// client options (failover between the servers it lists).
+func HAClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 10 * time.Second
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// WaitFor polls check every second until it holds, failing the test after timeout.
+func WaitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		ok, status := check()
+		if ok {
+			return
+		}
+		last = status
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("waited %v for %s: %s", timeout, what, last)
 }

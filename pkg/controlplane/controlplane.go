@@ -142,6 +142,14 @@ func (cp *ControlPlane) prepare() error {
 	if err := cp.prepareJoin(joinCtx); err != nil {
 		return err
 	}
+	// Recorded for the commands that reach this server's own parts
+	// (etcd-snapshot).
+	if cp.state.NodeName != cp.opts.NodeName || cp.state.LocalEtcdClientPort != cp.opts.EtcdClientPort {
+		cp.state.NodeName, cp.state.LocalEtcdClientPort = cp.opts.NodeName, cp.opts.EtcdClientPort
+		if err := join.SaveState(string(cp.dir), cp.state); err != nil {
+			return err
+		}
+	}
 	if err := cp.preparePKI(); err != nil {
 		return err
 	}

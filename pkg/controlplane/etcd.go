@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/etcd/snapshot"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -184,19 +186,32 @@ func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 // reach a quorum. The other servers must join again, from clean data
 // directories.
 func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(cp.dir.etcdData(), "member", "wal")); err != nil {
+	args, kept := append(cp.etcdArgs(), "--force-new-cluster"), ""
+	if path := cp.opts.ClusterResetRestorePath; path != "" {
+		var err error
+		if kept, err = cp.restoreEtcd(path); err != nil {
+			return err
+		}
+		// The restored data has no raft log: the member starts a new
+		// cluster of one, itself.
+		cp.etcdJoin = nil
+		args = cp.etcdArgs()
+	} else if _, err := os.Stat(filepath.Join(cp.dir.etcdData(), "member", "wal")); err != nil {
 		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.dir.etcdData())
+	} else {
+		cp.progressf("cluster reset: making this server's etcd member a cluster of one, with its data")
 	}
-	cp.progressf("cluster reset: making this server's etcd member a cluster of one, with its data")
-	p := &Process{Name: "etcd (cluster reset)", Binary: cp.opts.Binary, Args: append(cp.etcdArgs(), "--force-new-cluster"),
-		LogPath: cp.dir.log("etcd-cluster-reset")}
+	p := &Process{Name: "etcd (cluster reset)", Binary: cp.opts.Binary, Args: args, LogPath: cp.dir.log("etcd-cluster-reset")}
 	if err := p.Start(); err != nil {
-		return err
+		return errors.Join(err, cp.undoRestore(kept))
 	}
 	err := cp.waitEtcdProcess(ctx, p)
 	p.Stop(cp.opts.StopGrace)
 	if err != nil {
-		return fmt.Errorf("cluster reset: %w", err)
+		return errors.Join(fmt.Errorf("cluster reset: %w", err), cp.undoRestore(kept))
+	}
+	if kept != "" {
+		cp.progressf("cluster reset: etcd runs on the snapshot's data; the data it had is kept in %s", kept)
 	}
 	u, _ := url.Parse(cp.APIServerURL())
 	cp.state.Servers = []string{u.Host}
@@ -205,5 +220,18 @@ func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
 	}
 	cp.progressf("cluster reset done: this server is the cluster's only one; other servers join again with up --server from new data directories")
 	cp.progressf("start up again without --cluster-reset (a reset on every start would drop the servers that joined since)")
+	return nil
+}
+
+// undoRestore puts back the etcd data a restore replaced (kept; "" when
+// there was no restore), after the restored member failed to start.
+func (cp *ControlPlane) undoRestore(kept string) error {
+	if kept == "" {
+		return nil
+	}
+	if err := snapshot.Unswap(cp.dir.etcdData(), kept); err != nil {
+		return fmt.Errorf("putting back the etcd data kept in %s: %w", kept, err)
+	}
+	cp.progressf("cluster reset: the snapshot's member did not start; the data etcd had is back in place (the failed one: %s.restore-failed)", cp.dir.etcdData())
 	return nil
 }

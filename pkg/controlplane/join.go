@@ -108,7 +108,7 @@ func (cp *ControlPlane) publisher() join.Publisher {
 	return join.Publisher{DataDir: string(cp.dir), PKI: cp.pki, EncryptionConfig: cp.dir.encryptionConfig(),
 		ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR, ClusterDomain: cp.opts.ClusterDomain,
 		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, EtcdClientPort: cp.opts.EtcdClientPort, ReadinessWebhookPort: cp.opts.ReadinessWebhookPort,
-		ServerURL: cp.APIServerURL(), Servers: cp.alternatives(), Logf: cp.progressf}
+		ServerURL: cp.APIServerURL(), Servers: cp.alternatives(), State: &cp.state, TokenTTL: cp.opts.TokenTTL, Logf: cp.progressf}
 }
 
 // publishJoin, on a server other hosts can reach, publishes what joining

@@ -14,6 +14,7 @@ import (
 	nodeutil "k8s.io/kubernetes/pkg/util/node"
 	netutils "k8s.io/utils/net"
 
+	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/hostdeps"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -53,7 +54,7 @@ func (cp *ControlPlane) prepareNode() error {
 		"--runtime=" + cp.opts.NodeRuntime, "--pod-cidr=" + cp.opts.PodCIDR, "--cni-bridge=" + cp.opts.CNIBridge,
 		"--port=" + strconv.Itoa(cp.opts.NodeAPIPort), "--tls-cert-file=" + serving.CertPath, "--tls-private-key-file=" + serving.KeyPath,
 		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + cp.dir.imagesDir(), "--registries-config=" + cp.dir.path("registries.yaml"),
-		"--seccomp-default", "--pod-max-pids=4096", "--cluster-domain=" + cp.opts.ClusterDomain,
+		"--seccomp-default", "--pod-max-pids=" + strconv.Itoa(agent.DefaultPodPidsLimit), "--cluster-domain=" + cp.opts.ClusterDomain,
 		"--stop-pods-on-exit=" + strconv.FormatBool(cp.opts.StopPodsOnExit)}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from

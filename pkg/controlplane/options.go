@@ -16,6 +16,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
+	"github.com/steadyplane/steadyplane/pkg/join"
 )
 
 // Options configure a single-node control plane.
@@ -78,10 +79,22 @@ type Options struct {
 	// Token (or the file TokenFile) as printed by that cluster's first
 	// "up"; empty for the first server. Ignored once joined.
 	Server, Token, TokenFile string
+	// TokenTTL is how long the join tokens the cluster's first start makes
+	// are valid; 0 for ever.
+	TokenTTL time.Duration
 	// ClusterReset makes this server's etcd member a cluster of one, with
 	// its data, before it starts: the recovery after losing the quorum
 	// for good.
 	ClusterReset bool
+	// ClusterResetRestorePath, with ClusterReset, makes the cluster of one
+	// from this etcd snapshot instead of the member's data.
+	ClusterResetRestorePath string
+	// EtcdSnapshotInterval is how often a scheduled etcd snapshot is taken
+	// (0: never); the newest EtcdSnapshotRetention are kept, in
+	// EtcdSnapshotDir (<data-dir>/snapshots when empty).
+	EtcdSnapshotInterval  time.Duration
+	EtcdSnapshotRetention int
+	EtcdSnapshotDir       string
 	// Proxy runs upstream's kube-proxy ("steadyplane proxy") on the node, so
 	// that Services route; it needs the node agent with the runc runtime
 	// (pods on a pod network) and root.
@@ -152,6 +165,9 @@ func NewOptions() *Options {
 		EtcdClientPort:             2379,
 		EtcdPeerPort:               2380,
 		ServiceCIDR:                "10.96.0.0/16",
+		TokenTTL:                   join.DefaultTokenTTL,
+		EtcdSnapshotInterval:       12 * time.Hour,
+		EtcdSnapshotRetention:      5,
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
 		AlternativeServices:        true,
@@ -237,6 +253,15 @@ func (o *Options) validate() error {
 	}
 	if o.Token != "" && o.TokenFile != "" {
 		errs = append(errs, "--token and --token-file exclude each other")
+	}
+	if o.ClusterResetRestorePath != "" && !o.ClusterReset {
+		errs = append(errs, "--cluster-reset-restore-path needs --cluster-reset: a restore makes a cluster of one")
+	}
+	if o.EtcdSnapshotInterval < 0 || o.EtcdSnapshotRetention < 1 {
+		errs = append(errs, fmt.Sprintf("--etcd-snapshot-interval=%v --etcd-snapshot-retention=%d: an interval of 0 (no schedule) or more, and at least one snapshot kept", o.EtcdSnapshotInterval, o.EtcdSnapshotRetention))
+	}
+	if o.TokenTTL < 0 {
+		errs = append(errs, fmt.Sprintf("--token-ttl=%v: a join token lives 0 (for ever) or more", o.TokenTTL))
 	}
 	if o.DataDir == "" {
 		errs = append(errs, "--data-dir must not be empty")

@@ -67,6 +67,9 @@ func (cp *ControlPlane) grantReadinessRBAC(ctx context.Context) error {
 	if err := readinessgates.EnsureRBAC(ctx, client); err != nil {
 		return err
 	}
+	if err := readinessgates.EnsureWebhookConfiguration(ctx, client, webhook.URL(cp.addr.readinessWebhook()), cp.pki.CA.CertPEM); err != nil {
+		return err
+	}
 	if cp.staticPods {
 		cp.progressf("starting readiness-gate webhook and controller (static pod %s)", readinessPod)
 	}

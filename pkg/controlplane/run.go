@@ -17,6 +17,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/node/agent"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/runc"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
@@ -97,13 +98,17 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	go cp.followServers(ctx, 30*time.Second)
+	go cp.snapshotEtcd(ctx)
 	if cp.addr.host() != nil {
 		client, err := cp.adminClient()
 		if err != nil {
 			return err
 		}
-		// Worker nodes' serving certificates (steadyplane node --server).
-		go join.RunServingApprover(ctx, client, cp.progressf)
+		// Worker nodes' client and serving certificates (steadyplane node --server).
+		agent.RegisterMetrics(join.Collectors()...)
+		go join.RunCertificateApprover(ctx, client, cp.progressf)
+		// The join data for server tokens made while it runs.
+		go cp.publisher().RunSealer(ctx, client)
 	}
 	cp.progressf("kubeconfig: %s", cp.Kubeconfig())
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())

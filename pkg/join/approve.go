@@ -7,14 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	certhelpers "k8s.io/kubernetes/pkg/apis/certificates"
 )
 
@@ -79,47 +82,135 @@ func DecideServing(c *certificatesv1.CertificateSigningRequest, node *corev1.Nod
 	return Approve, fmt.Sprintf("node %s's serving certificate for its own name and addresses", name)
 }
 
-// RunServingApprover approves (or denies) the nodes' requests for serving
-// certificates until ctx ends, looking again every 10s at those that
-// wait. Several servers may run it: an approval another one wrote first
-// is left as it is.
-func RunServingApprover(ctx context.Context, client kubernetes.Interface, logf func(string, ...any)) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Second, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
-	}))
+// clientUsages are the key usages a node's client certificate may have.
+var clientUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth}
+
+// DecideNodeClient judges a request for a node's client certificate
+// (signer kubernetes.io/kube-apiserver-client-kubelet): the servers, not
+// the controller manager, decide which node a requester may become. A
+// node may renew its own; a join token may become a node no Node names
+// yet (nodeExists is whether one does), never an existing one, whose
+// pods' secrets it could then read. Other requesters are left to an
+// administrator (kubectl certificate approve).
+func DecideNodeClient(c *certificatesv1.CertificateSigningRequest, nodeExists bool) (Verdict, string) {
+	req, err := certhelpers.ParseCSR(c.Spec.Request)
+	if err != nil {
+		return Deny, "the request does not parse: " + err.Error()
+	}
+	name, ok := strings.CutPrefix(req.Subject.CommonName, "system:node:")
+	if !ok || name == "" || !slices.Equal(req.Subject.Organization, []string{"system:nodes"}) {
+		return Deny, fmt.Sprintf("a certificate of %q in %v is no node's", req.Subject.CommonName, req.Subject.Organization)
+	}
+	if !slices.Contains(c.Spec.Usages, certificatesv1.UsageClientAuth) {
+		return Deny, "no client auth usage"
+	}
+	for _, u := range c.Spec.Usages {
+		if !slices.Contains(clientUsages, u) {
+			return Deny, fmt.Sprintf("usage %q is not a node client certificate's", u)
+		}
+	}
+	if len(req.DNSNames)+len(req.IPAddresses)+len(req.EmailAddresses)+len(req.URIs) > 0 {
+		return Deny, "a node's client certificate names no host, address, e-mail or URI"
+	}
+	switch {
+	case c.Spec.Username == req.Subject.CommonName && slices.Contains(c.Spec.Groups, "system:nodes"):
+		return Approve, fmt.Sprintf("node %s renews its own client certificate", name)
+	case slices.Contains(c.Spec.Groups, JoinGroup) && nodeExists:
+		return Deny, fmt.Sprintf("%s holds a join token, and Node %s exists: a token joins a new node, it never becomes one the cluster has (take that node out first: steadyplane remove-node %s)", c.Spec.Username, name, name)
+	case slices.Contains(c.Spec.Groups, JoinGroup):
+		return Approve, fmt.Sprintf("%s joins the cluster as the new node %s", c.Spec.Username, name)
+	}
+	return Wait, fmt.Sprintf("%s is neither node %s nor a join token's holder: left to an administrator", c.Spec.Username, name)
+}
+
+// certificateRequests counts the node certificate requests the servers
+// decided, by signer and verdict.
+var certificateRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_join_certificate_requests_total",
+	Help: "Node certificate signing requests the servers approved or denied, by signer and verdict."}, []string{"signer", "verdict"})
+
+// Collectors are the join metrics, served by a server's node agent.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{certificateRequests} }
+
+// RunCertificateApprover approves (or denies) the nodes' requests for
+// client certificates (DecideNodeClient) and serving certificates
+// (DecideServing) until ctx ends, looking again every 10s at those that
+// wait. Each decision is a condition on the request, an Event, a log line
+// and a metric. Several servers may run it: a decision another one wrote
+// first is left as it is.
+func RunCertificateApprover(ctx context.Context, client kubernetes.Interface, logf func(string, ...any)) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-certificate-approver"})
+	factory := informers.NewSharedInformerFactory(client, 10*time.Second)
 	informer := factory.Certificates().V1().CertificateSigningRequests().Informer()
 	handle := func(obj any) {
 		c, ok := obj.(*certificatesv1.CertificateSigningRequest)
 		if !ok || decided(c) {
 			return
 		}
-		name := strings.TrimPrefix(c.Spec.Username, "system:node:")
-		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			node, err = nil, nil
+		var verdict Verdict
+		var why string
+		switch c.Spec.SignerName {
+		case certificatesv1.KubeletServingSignerName:
+			name := strings.TrimPrefix(c.Spec.Username, "system:node:")
+			node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				node, err = nil, nil
+			}
+			if err != nil {
+				return // the next resync looks again
+			}
+			verdict, why = DecideServing(c, node)
+		case certificatesv1.KubeAPIServerClientKubeletSignerName:
+			exists, err := nodeNamed(ctx, client, c)
+			if err != nil {
+				return
+			}
+			verdict, why = DecideNodeClient(c, exists)
+		default:
+			return
 		}
-		if err != nil {
-			return // the next resync looks again
-		}
-		verdict, why := DecideServing(c, node)
 		if verdict == Wait {
 			return
 		}
 		c = c.DeepCopy()
 		cond := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
-			Reason: "SteadyplaneNodeServing", Message: why, LastUpdateTime: metav1.Now()}
+			Reason: "SteadyplaneNodeCertificate", Message: why, LastUpdateTime: metav1.Now()}
+		eventType, reason := corev1.EventTypeNormal, "NodeCertificateApproved"
 		if verdict == Deny {
-			cond.Type, cond.Reason = certificatesv1.CertificateDenied, "NotANodeServingCertificate"
+			cond.Type, cond.Reason = certificatesv1.CertificateDenied, "NotThisNodesCertificate"
+			eventType, reason = corev1.EventTypeWarning, "NodeCertificateDenied"
 		}
 		c.Status.Conditions = append(c.Status.Conditions, cond)
 		if _, err := client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{}); err == nil {
-			logf("%s: %sd CertificateSigningRequest %s: %s", name, strings.ToLower(string(verdict)), c.Name, why)
+			certificateRequests.WithLabelValues(c.Spec.SignerName, string(verdict)).Inc()
+			recorder.Event(c, eventType, reason, why)
+			logf("%s CertificateSigningRequest %s (%s) of %s: %s", map[Verdict]string{Approve: "approved", Deny: "denied"}[verdict], c.Name, c.Spec.SignerName, c.Spec.Username, why)
 		}
 	}
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }})
 	factory.Start(ctx.Done())
 	<-ctx.Done()
 	factory.Shutdown()
+}
+
+// nodeNamed says whether a Node has the name a client certificate
+// request asks for (false for a request that names none: it is denied).
+func nodeNamed(ctx context.Context, client kubernetes.Interface, c *certificatesv1.CertificateSigningRequest) (bool, error) {
+	req, err := certhelpers.ParseCSR(c.Spec.Request)
+	if err != nil {
+		return false, nil
+	}
+	name, ok := strings.CutPrefix(req.Subject.CommonName, "system:node:")
+	if !ok || name == "" {
+		return false, nil
+	}
+	_, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func decided(c *certificatesv1.CertificateSigningRequest) bool {

@@ -19,16 +19,40 @@ import (
 // NewEtcdClient is a quiet etcd client of endpoints with a client
 // certificate and the etcd CA (PEM).
 func NewEtcdClient(endpoints []string, certPEM, keyPEM, caPEM []byte) (*clientv3.Client, error) {
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	cfg, err := EtcdClientConfig(certPEM, keyPEM, caPEM)
 	if err != nil {
 		return nil, err
+	}
+	cfg.Endpoints = endpoints
+	return clientv3.New(cfg)
+}
+
+// EtcdClientConfig is a quiet etcd client's configuration, with no
+// endpoint yet, for a client certificate and the etcd CA (PEM).
+func EtcdClientConfig(certPEM, keyPEM, caPEM []byte) (clientv3.Config, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return clientv3.Config{}, err
 	}
 	roots, err := certutil.NewPoolFromBytes(caPEM)
 	if err != nil {
-		return nil, err
+		return clientv3.Config{}, err
 	}
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
+	return clientv3.Config{DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}, nil
+}
+
+// DataDirEtcdCredentials are the etcd client certificate, key and CA
+// (PEM) of a server's data directory: its API server's.
+func DataDirEtcdCredentials(dataDir string) (certPEM, keyPEM, caPEM []byte, err error) {
+	dir := filepath.Join(dataDir, "pki")
+	var files [3][]byte
+	for i, name := range []string{pki.APIServerEtcdClientName + ".crt", pki.APIServerEtcdClientName + ".key", pki.EtcdCAName + ".crt"} {
+		if files[i], err = os.ReadFile(filepath.Join(dir, name)); err != nil {
+			return nil, nil, nil, fmt.Errorf("%s is not a server's data directory: %w", dataDir, err)
+		}
+	}
+	return files[0], files[1], files[2], nil
 }
 
 // EtcdEndpoints are the etcd client URLs of servers (host:port of their API
@@ -51,20 +75,15 @@ func EtcdEndpoints(servers []string, port int, self string) []string {
 // dataDirEtcdClient reaches the etcd members of the servers dataDir knows,
 // with its API server's etcd client certificate.
 func dataDirEtcdClient(dataDir string, st State) (*clientv3.Client, error) {
-	dir := filepath.Join(dataDir, "pki")
-	var files [3][]byte
-	for i, name := range []string{pki.APIServerEtcdClientName + ".crt", pki.APIServerEtcdClientName + ".key", pki.EtcdCAName + ".crt"} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a server's data directory: %w", dataDir, err)
-		}
-		files[i] = b
+	certPEM, keyPEM, caPEM, err := DataDirEtcdCredentials(dataDir)
+	if err != nil {
+		return nil, err
 	}
 	endpoints := EtcdEndpoints(st.Servers, st.EtcdClientPort, "")
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%s knows no server of its cluster (%s)", dataDir, StateFile)
 	}
-	return NewEtcdClient(endpoints, files[0], files[1], files[2])
+	return NewEtcdClient(endpoints, certPEM, keyPEM, caPEM)
 }
 
 func errNoMember(servers []string) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,7 +14,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
-	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
@@ -41,64 +39,66 @@ func BundleSecretName(id string) string { return BundleSecretPrefix + id }
 // tokenRole is the Role that lets token id read its own bundle and nothing else.
 func tokenRole(id string) string { return "steadyplane:join:" + id }
 
-// Publish makes the API objects a joining host uses, with an admin client:
-// the bootstrap token (kube-system/bootstrap-token-<id>; expires at expires
-// unless zero), the bundle sealed for it, a Role that lets the token's user
-// read that one Secret, and kube-public/cluster-info (the CA and serverURL)
-// readable without credentials, with the API servers (host:port) a
-// joining host should know. Existing objects are brought up to date.
-func Publish(ctx context.Context, client kubernetes.Interface, t Token, sealed []byte, caPEM []byte, serverURL string, servers []string, expires time.Time) error {
-	if err := PublishToken(ctx, client, t, expires, "steadyplane up: joins servers (up --server) and nodes (node --server)"); err != nil {
-		return err
-	}
-	bundle := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: BundleSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{BundleKey: sealed},
-	}
-	if err := applySecret(ctx, client, bundle); err != nil {
-		return err
-	}
+// publishCluster makes what every join uses, with an admin client:
+// kube-public/cluster-info (the CA and serverURL, with the API servers
+// (host:port) a joining host should know) readable without credentials,
+// and the join group's right to ask for a node's client certificate.
+// Whether one is issued is the servers' decision (RunCertificateApprover):
+// the controller manager approves none for a token.
+func publishCluster(ctx context.Context, client kubernetes.Interface, caPEM []byte, serverURL string, servers []string) error {
 	if err := PublishServers(ctx, client, caPEM, serverURL, servers); err != nil {
 		return err
 	}
-	return rbacutil.Ensure(ctx, client,
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: tokenRole(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{BundleSecretName(t.ID)}}}},
-		rbacutil.UserBinding(tokenRole(t.ID), metav1.NamespaceSystem, t.User()),
+	if err := rbacutil.Ensure(ctx, client,
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: clusterInfoRole, Namespace: metav1.NamespacePublic, Labels: rbacutil.ManagedBy},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo}}}},
 		rbacutil.UserBinding(clusterInfoRole, metav1.NamespacePublic, "system:anonymous"),
-		// A worker node (steadyplane node --server) asks for its client
-		// certificate with a token, which the controller manager
-		// approves, as kubeadm's TLS bootstrapping.
 		rbacutil.NamedGroupBinding("steadyplane:node-bootstrapper", "system:node-bootstrapper", JoinGroup),
-		rbacutil.NamedGroupBinding("steadyplane:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", JoinGroup),
-	)
+	); err != nil {
+		return err
+	}
+	// Earlier releases let the controller manager approve every request
+	// of the join group, for any node's name.
+	err := client.RbacV1().ClusterRoleBindings().Delete(ctx, legacyAutoApproveBinding, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("ClusterRoleBinding %s: %w", legacyAutoApproveBinding, err)
+	}
+	return nil
 }
 
-// PublishToken makes t a bootstrap token of the join group: enough to ask
-// for a node's client certificate, and nothing else unless Publish also
-// sealed the cluster's keys for it (a server token). A node token is
-// published with this alone: a worker host holding it cannot open the
-// cluster's keys.
-func PublishToken(ctx context.Context, client kubernetes.Interface, t Token, expires time.Time, description string) error {
-	token := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: bootstraputil.BootstrapTokenSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
-		Type:       bootstrapapi.SecretTypeBootstrapToken,
-		StringData: map[string]string{
-			bootstrapapi.BootstrapTokenIDKey:               t.ID,
-			bootstrapapi.BootstrapTokenSecretKey:           t.Secret,
-			bootstrapapi.BootstrapTokenUsageAuthentication: "true",
-			bootstrapapi.BootstrapTokenUsageSigningKey:     "true",
-			bootstrapapi.BootstrapTokenExtraGroupsKey:      JoinGroup,
-			bootstrapapi.BootstrapTokenDescriptionKey:      description,
-		},
+// legacyAutoApproveBinding is the binding of earlier releases that had
+// the controller manager approve the join group's node certificates.
+const legacyAutoApproveBinding = "steadyplane:node-autoapprove-bootstrap"
+
+// sealFor publishes b sealed for the server token whose bootstrap token
+// Secret is owner, and a Role that lets the token's user read it and
+// nothing else. All three belong to owner: deleting the token (or its
+// expiry, on which the controller manager deletes it) deletes them.
+func sealFor(ctx context.Context, client kubernetes.Interface, owner *corev1.Secret, b *Bundle) error {
+	info, ok := tokenInfo(owner, nil)
+	if !ok {
+		return fmt.Errorf("secret %s is no bootstrap token", owner.Name)
 	}
-	if !expires.IsZero() {
-		token.StringData[bootstrapapi.BootstrapTokenExpirationKey] = expires.UTC().Format(time.RFC3339)
+	t := info.Token
+	sealed, err := Seal(b, t)
+	if err != nil {
+		return err
 	}
-	return applySecret(ctx, client, token)
+	ref := []metav1.OwnerReference{*metav1.NewControllerRef(owner, corev1.SchemeGroupVersion.WithKind("Secret"))}
+	bundle := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: BundleSecretName(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy, OwnerReferences: ref},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{BundleKey: sealed},
+	}
+	binding := rbacutil.UserBinding(tokenRole(t.ID), metav1.NamespaceSystem, t.User()).(*rbacv1.RoleBinding)
+	binding.OwnerReferences = ref
+	if err := rbacutil.Ensure(ctx, client,
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: tokenRole(t.ID), Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy, OwnerReferences: ref},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{BundleSecretName(t.ID)}}}},
+		binding); err != nil {
+		return err
+	}
+	return applySecret(ctx, client, bundle)
 }
 
 // PublishServers writes kube-public/cluster-info: the CA and the API
@@ -134,6 +134,9 @@ func applySecret(ctx context.Context, client kubernetes.Interface, s *corev1.Sec
 			}
 		case err == nil:
 			existing.Data, existing.StringData, existing.Labels = s.Data, s.StringData, s.Labels
+			if len(existing.OwnerReferences) == 0 {
+				existing.OwnerReferences = s.OwnerReferences
+			}
 			_, err = api.Update(ctx, existing, metav1.UpdateOptions{})
 		}
 		return err

@@ -27,44 +27,108 @@ type Publisher struct {
 	// this one first.
 	ServerURL string
 	Servers   []string
+	// State is the data directory's; Publish records in it that the
+	// cluster's first tokens were made.
+	State *State
+	// TokenTTL is how long the tokens Publish makes are valid; 0 for ever.
+	TokenTTL time.Duration
 	// Logf reports progress and prints the join commands.
 	Logf func(string, ...any)
 }
 
-// Publish keeps the server join token in <data-dir>/token and the worker
-// token in <data-dir>/node-token (0600 both, made when missing), publishes
-// what a joining server needs sealed for the first, and prints the
-// commands that join another server and a worker. It returns the secrets
-// encryption configuration it sealed (Rotated compares it).
+// Publish publishes what joining hosts read (cluster-info, the join
+// group's rights) and the join data sealed for every server token. On
+// the cluster's first server, once, it makes the cluster's two join
+// tokens, valid TokenTTL: <data-dir>/token for servers and
+// <data-dir>/node-token for workers (0600 both). A token file whose
+// token was deleted or expired is removed, never published again: what
+// an administrator revoked stays revoked across restarts. It prints how
+// to join, and returns the secrets encryption configuration it sealed
+// (Rotated compares it).
 func (p Publisher) Publish(ctx context.Context, client kubernetes.Interface) (sealedEncryption []byte, err error) {
-	serverPath, nodePath := filepath.Join(p.DataDir, TokenFile), filepath.Join(p.DataDir, NodeTokenFile)
-	tok, err := EnsureTokenFile(serverPath, p.PKI.CA.Cert)
-	if err != nil {
-		return nil, err
-	}
-	nodeTok, err := EnsureTokenFile(nodePath, p.PKI.CA.Cert)
-	if err != nil {
-		return nil, err
+	if err := publishCluster(ctx, client, p.PKI.CA.CertPEM, p.ServerURL, p.Servers); err != nil {
+		return nil, fmt.Errorf("publishing the join data: %w", err)
 	}
 	bundle, err := p.bundle()
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := Seal(bundle, tok)
-	if err != nil {
-		return nil, err
+	if err := SealAll(ctx, client, bundle, false); err != nil {
+		return nil, fmt.Errorf("sealing the join data: %w", err)
 	}
-	if err := Publish(ctx, client, tok, sealed, p.PKI.CA.CertPEM, p.ServerURL, p.Servers, time.Time{}); err != nil {
-		return nil, fmt.Errorf("publishing the join data: %w", err)
+	files := []struct {
+		kind TokenKind
+		path string
+	}{{ServerToken, filepath.Join(p.DataDir, TokenFile)}, {WorkerToken, filepath.Join(p.DataDir, NodeTokenFile)}}
+	alive := map[TokenKind]bool{}
+	for _, f := range files {
+		if alive[f.kind], err = p.keepTokenFile(ctx, client, f.kind, f.path, bundle); err != nil {
+			return nil, err
+		}
 	}
-	if err := PublishToken(ctx, client, nodeTok, time.Time{}, "steadyplane up: joins worker nodes (steadyplane node --server)"); err != nil {
-		return nil, fmt.Errorf("publishing the node token: %w", err)
+	if !p.State.TokensMade && !p.State.Joined() {
+		// Once per cluster: a token file removed (revoked) is not remade.
+		p.State.TokensMade = true
+		if err := SaveState(p.DataDir, *p.State); err != nil {
+			return nil, err
+		}
 	}
-	p.Logf("to join another server, copy %s (0600) to it and run there:", serverPath)
-	p.Logf("  steadyplane up --bind-address <its address> --server %s --token-file <the copy>", p.ServerURL)
-	p.Logf("to join a worker, copy %s (it opens no cluster key) and run there:", nodePath)
-	p.Logf("  steadyplane node --server %s --token-file <the copy> --node-ip <its address>", p.ServerURL)
+	if alive[ServerToken] {
+		p.Logf("to join another server, copy %s (0600) to it and run there:", files[0].path)
+		p.Logf("  steadyplane up --bind-address <its address> --server %s --token-file <the copy>", p.ServerURL)
+	}
+	if alive[WorkerToken] {
+		p.Logf("to join a worker, copy %s (it opens no cluster key) and run there:", files[1].path)
+		p.Logf("  steadyplane node --server %s --token-file <the copy> --node-ip <its address>", p.ServerURL)
+	}
+	if !alive[ServerToken] || !alive[WorkerToken] {
+		p.Logf("a join token for another host: steadyplane token create [--server] --data-dir %s (on any server)", p.DataDir)
+	}
 	return bundle.EncryptionConfig, nil
+}
+
+// keepTokenFile keeps the join token of kind at path as long as the
+// cluster accepts it, and says whether it does: a file whose token is
+// gone is removed; a missing one is made on the cluster's first start.
+func (p Publisher) keepTokenFile(ctx context.Context, client kubernetes.Interface, kind TokenKind, path string, bundle *Bundle) (bool, error) {
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		p.State.TokensMade = p.State.TokensMade || !p.State.Joined()
+		tok, err := ParseToken(string(raw))
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := tok.CheckCA(p.PKI.CA.Cert); err != nil {
+			return false, fmt.Errorf("%s: %w", path, err)
+		}
+		alive, err := TokenAlive(ctx, client, tok, time.Now())
+		if err != nil || alive {
+			return alive, err
+		}
+		p.Logf("%s: token %s was deleted or has expired: the file is removed (steadyplane token create makes another)", path, tok.ID)
+		return false, os.Remove(path)
+	case !os.IsNotExist(err):
+		return false, err
+	case p.State.TokensMade || p.State.Joined():
+		return false, nil
+	}
+	tok, secret, err := CreateToken(ctx, client, p.PKI.CA.Cert, kind, p.TokenTTL, fmt.Sprintf("steadyplane up: joins a %s", kind))
+	if err != nil {
+		return false, err
+	}
+	if kind == ServerToken {
+		if err := sealFor(ctx, client, secret, bundle); err != nil {
+			return false, fmt.Errorf("sealing the join data for the server token: %w", err)
+		}
+	}
+	if err := writeTokenFile(path, tok); err != nil {
+		return false, err
+	}
+	if p.TokenTTL > 0 {
+		p.Logf("made the %s join token %s, valid for %v (--token-ttl)", kind, tok.ID, p.TokenTTL)
+	}
+	return true, nil
 }
 
 // Rotated says whether the secrets encryption configuration changed since

@@ -51,6 +51,13 @@ type State struct {
 	EtcdClientPort   int    `json:"etcdClientPort,omitempty"`
 	// ReadinessWebhookPort is the cluster's (Bundle).
 	ReadinessWebhookPort int `json:"readinessWebhookPort,omitempty"`
+	// NodeName is the server's Node; LocalEtcdClientPort where its own
+	// etcd member serves clients on loopback (what etcd-snapshot reaches).
+	NodeName            string `json:"nodeName,omitempty"`
+	LocalEtcdClientPort int    `json:"localEtcdClientPort,omitempty"`
+	// TokensMade says that the cluster's first server made its first join
+	// tokens: it makes none again, so that a revoked one stays revoked.
+	TokensMade bool `json:"tokensMade,omitempty"`
 }
 
 // Joined says whether the data directory joined another server's cluster.

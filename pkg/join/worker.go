@@ -66,7 +66,7 @@ const (
 )
 
 // renewBefore is how close to its end a certificate is asked for again.
-const renewBefore = 30 * 24 * time.Hour
+const renewBefore = pki.RenewBefore
 
 func (w *Worker) logf(format string, args ...any) {
 	if w.Logf != nil {
@@ -101,16 +101,28 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	ca := &pki.Authority{CertPEM: info.CA}
 	clientPair := filepath.Join(w.Dir, workerClient)
 	if !validPair(clientPair, info.CA, nil) {
-		boot, err := kubernetes.NewForConfig(&rest.Config{Host: w.Server, BearerToken: w.Token.Bootstrap(), Timeout: discoveryTimeout,
-			TLSClientConfig: rest.TLSClientConfig{CAData: info.CA}, UserAgent: "steadyplane-node-bootstrap"})
+		// A node renews with its own certificate while it holds one: the
+		// token it joined with has expired by then. The servers approve a
+		// node's request for its own name (DecideNodeClient).
+		cfg := &rest.Config{Host: w.Server, BearerToken: w.Token.Bootstrap(), Timeout: discoveryTimeout,
+			TLSClientConfig: rest.TLSClientConfig{CAData: info.CA}, UserAgent: "steadyplane-node-bootstrap"}
+		renewing := usablePair(clientPair, info.CA)
+		if renewing != nil {
+			cfg.BearerToken, cfg.CertData, cfg.KeyData = "", renewing.CertPEM, renewing.KeyPEM
+		}
+		boot, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
-		w.logf("asking for the node's client certificate (system:node:%s)", w.NodeName)
+		how := "with the token"
+		if renewing != nil {
+			how = "with the one it has, which ends soon"
+		}
+		w.logf("asking for the node's client certificate (system:node:%s) %s", w.NodeName, how)
 		if err := requestPair(ctx, boot, clientPair, certificatesv1.KubeAPIServerClientKubeletSignerName,
 			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}}},
 			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}); err != nil {
-			if apierrors.IsUnauthorized(errors.Unwrap(err)) || apierrors.IsUnauthorized(err) {
+			if renewing == nil && (apierrors.IsUnauthorized(errors.Unwrap(err)) || apierrors.IsUnauthorized(err)) {
 				return nil, ErrTokenRefused
 			}
 			return nil, fmt.Errorf("the node's client certificate: %w", err)
@@ -266,6 +278,27 @@ func readPair(base string) (*pki.KeyPair, error) {
 		return nil, err
 	}
 	return &pki.KeyPair{CertPath: base + ".crt", KeyPath: base + ".key", CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// usablePair is <base>.crt/.key when it holds a certificate from caPEM
+// that is still valid (perhaps close to its end), nil otherwise.
+func usablePair(base string, caPEM []byte) *pki.KeyPair {
+	kp, err := readPair(base)
+	if err != nil {
+		return nil
+	}
+	certs, err := certutil.ParseCertsPEM(kp.CertPEM)
+	if err != nil {
+		return nil
+	}
+	roots, err := certutil.NewPoolFromBytes(caPEM)
+	if err != nil {
+		return nil
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil
+	}
+	return kp
 }
 
 // validPair says whether <base>.crt/.key hold a certificate from caPEM

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -20,8 +21,10 @@ const roleName = "steadyplane:readiness-controller"
 // ClusterRole is exactly what the controller does: watch namespaces (the
 // webhook's label) and pods, patch pod status (its one condition), watch
 // Services, EndpointSlices and Nodes (the data path, when required), and
-// keep its own webhook configuration, which it may create but change only by
-// name.
+// keep its own webhook configuration up to date, by name. It may create
+// none: RBAC cannot restrict a create to a name, and a webhook
+// configuration of its choosing could change any object on its way in;
+// the servers' up makes the configuration (EnsureWebhookConfiguration).
 func ClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Labels: rbacutil.ManagedBy},
@@ -30,7 +33,6 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{webhook.ConfigurationName}, Verbs: []string{"get", "update"}},
 		},
 	}
@@ -46,6 +48,17 @@ func LeaseRole() *rbacv1.Role {
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update"}},
 		},
 	}
+}
+
+// EnsureWebhookConfiguration makes the webhook's configuration, sending
+// to url and trusting caBundle, with a client that may (the cluster's
+// admin), unless it exists: the controller may only update it.
+func EnsureWebhookConfiguration(ctx context.Context, client kubernetes.Interface, url string, caBundle []byte) error {
+	_, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.ConfigurationName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return webhook.Register(ctx, client, url, caBundle)
+	}
+	return err
 }
 
 // EnsureRBAC creates the roles and bindings, or brings them back to what

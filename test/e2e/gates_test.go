@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/internal/testimage"
+	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
@@ -28,7 +29,7 @@ import (
 // holder.
 func gatesOnEveryServer(t *testing.T, ctx context.Context, servers []*server, suffix string) string {
 	t.Helper()
-	admin := haClient(t, servers[0].kubeconfig())
+	admin := testup.HAClient(t, servers[0].kubeconfig())
 	const ns = "gated"
 	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{webhook.PolicyKey: "on"}}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -67,7 +68,7 @@ func gatesOnEveryServer(t *testing.T, ctx context.Context, servers []*server, su
 		names = append(names, pod.Name)
 	}
 	begun := time.Now()
-	waitFor(t, ctx, 2*time.Minute, "the gated pods Ready", func() (bool, string) {
+	testup.WaitFor(t, ctx, 2*time.Minute, "the gated pods Ready", func() (bool, string) {
 		var states []string
 		ready := 0
 		for _, n := range names {
@@ -96,7 +97,7 @@ func gatesOnEveryServer(t *testing.T, ctx context.Context, servers []*server, su
 // gateHolderNow is the holder of the readiness controllers' Lease.
 func gateHolderNow(t *testing.T, ctx context.Context, kubeconfig string) string {
 	t.Helper()
-	lease, err := haClient(t, kubeconfig).CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, readinessgates.LeaseName, metav1.GetOptions{})
+	lease, err := testup.HAClient(t, kubeconfig).CoordinationV1().Leases(metav1.NamespaceSystem).Get(ctx, readinessgates.LeaseName, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("the readiness controllers' Lease: %v, %v", lease, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
@@ -54,7 +55,7 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 	}
 	every := func(obj *v1alpha1.KubeAPIServer, n int32) bool { return operator.AllAt(obj.Status, names, n) }
 	var start int32
-	waitFor(t, ctx, 3*time.Minute, "the three servers at one revision of the operator", func() (bool, string) {
+	testup.WaitFor(t, ctx, 3*time.Minute, "the three servers at one revision of the operator", func() (bool, string) {
 		obj, s := status()
 		if obj == nil {
 			return false, s
@@ -75,7 +76,7 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 		patch(spec)
 		// Each server restarts its API server in turn: on CI's two busy
 		// cores that takes up to two minutes a server.
-		waitFor(t, ctx, 8*time.Minute, fmt.Sprintf("%s: revision %d on the three servers", what, n), func() (bool, string) {
+		testup.WaitFor(t, ctx, 8*time.Minute, fmt.Sprintf("%s: revision %d on the three servers", what, n), func() (bool, string) {
 			obj, s := status()
 			return obj != nil && every(obj, n), s
 		})
@@ -90,7 +91,7 @@ func rollRevisionsAcrossServers(t *testing.T, ctx context.Context, kubeconfig st
 	patch(`{"spec":{"extraArgs":["--no-such-flag"]}}`)
 	bad := start + 1
 	var failedOn string
-	waitFor(t, ctx, 5*time.Minute, fmt.Sprintf("revision %d failing on one server and falling back there", bad), func() (bool, string) {
+	testup.WaitFor(t, ctx, 5*time.Minute, fmt.Sprintf("revision %d failing on one server and falling back there", bad), func() (bool, string) {
 		obj, s := status()
 		if obj == nil {
 			return false, s

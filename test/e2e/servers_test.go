@@ -28,7 +28,6 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
-	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
@@ -68,9 +67,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	}
 	testenv.RequireNetwork(t)
 	testimage.RequireBusybox(t)
-	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.216.") {
-		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", haClusterCIDR, err)
-	}
+	testenv.RequireUnusedRange(t, haClusterCIDR)
 	walk, err := parseThreeServers(testup.ReadmeBlock(t, "Three servers, no load balancer"))
 	if err != nil {
 		t.Fatalf("the README's walkthrough: %v", err)
@@ -130,7 +127,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			keepLogs(t, s.name, s.dataDir)
+			testup.KeepLogs(t, s.name, s.dataDir)
 			testenv.CleanNode(filepath.Join(s.dataDir, "node"))
 			name, args := nw.NSEnter(i, s.host, bin, "cleanup", "--data-dir", s.dataDir)
 			_ = exec.Command(name, args...).Run()
@@ -184,7 +181,8 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	// hour ago (the API server's authenticator refuses it).
 	expired := tok
 	expired.ID, expired.Secret = "e2eexp", "0123456789abcdef"
-	if err := join.PublishToken(ctx, haClient(t, servers[0].kubeconfig()), expired, time.Now().Add(-time.Hour), "e2e: expired"); err != nil {
+	expiredSecret := join.NewTokenSecret(expired, join.WorkerToken, time.Hour, time.Now().Add(-2*time.Hour), "e2e: expired")
+	if _, err := testup.HAClient(t, servers[0].kubeconfig()).CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, expiredSecret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -281,8 +279,8 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	worker := testup.StartCmd(t, "w4", hostCmd(context.Background(), walk.worker.host, walk.worker.line, "--root-dir", workerDir, "--runtime", "runc", "--resolv-conf", resolv, "--image-import-dir", workerImages))
 	t.Cleanup(func() { worker.Stop(t) })
 
-	client := haClient(t, servers[1].kubeconfig())
-	waitFor(t, ctx, 3*time.Minute, "four Ready nodes and three API servers", func() (bool, string) {
+	client := testup.HAClient(t, servers[1].kubeconfig())
+	testup.WaitFor(t, ctx, 3*time.Minute, "four Ready nodes and three API servers", func() (bool, string) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -374,7 +372,7 @@ spec:
 	if out, err := spKubectlIn(ctx, bin, servers[0].kubeconfig(), spread, "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
-	waitFor(t, ctx, 3*time.Minute, "the Deployment's pods running on four nodes", func() (bool, string) {
+	testup.WaitFor(t, ctx, 3*time.Minute, "the Deployment's pods running on four nodes", func() (bool, string) {
 		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
 		if err != nil {
 			return false, err.Error()
@@ -520,7 +518,7 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 	if members, err := etcdMembers(); err != nil || !slices.Equal(members, voters(stay...)) {
 		t.Errorf("etcd members after remove-node: %v, %v", members, err)
 	}
-	waitFor(t, ctx, time.Minute, gone.name+" gone from the Nodes and the API servers", func() (bool, string) {
+	testup.WaitFor(t, ctx, time.Minute, gone.name+" gone from the Nodes and the API servers", func() (bool, string) {
 		eps, err := client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 		if err != nil {
 			return false, err.Error()
@@ -586,7 +584,7 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 	}
 	direct.Timeout = 5 * time.Second
 	directClient := kubernetes.NewForConfigOrDie(direct)
-	waitFor(t, ctx, 2*time.Minute, "the first server ready again after its link came back", func() (bool, string) {
+	testup.WaitFor(t, ctx, 2*time.Minute, "the first server ready again after its link came back", func() (bool, string) {
 		body, err := directClient.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil, fmt.Sprint(string(body), err)
 	})
@@ -819,27 +817,11 @@ func etcdClient(dataDir, endpoint string) (*clientv3.Client, error) {
 		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
 }
 
-// haClient is a client-go clientset from kubeconfig with steadyplane's
-// client options (failover between the servers it lists).
-func haClient(t *testing.T, kubeconfig string) kubernetes.Interface {
-	t.Helper()
-	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Timeout = 10 * time.Second
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // startReader reads the default namespace every 100ms through kubeconfig
 // until the returned function is called, which reports the reads, the
 // failed ones and the longest time between two successful reads.
 func startReader(t *testing.T, ctx context.Context, kubeconfig string) func() (reads, failed int, gap time.Duration) {
-	client := haClient(t, kubeconfig)
+	client := testup.HAClient(t, kubeconfig)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -897,43 +879,4 @@ func spKubectlIn(ctx context.Context, bin, kubeconfig, stdin string, args ...str
 	}
 	// Its log lines (a failover) are on stderr; stdout is the answer.
 	return string(out), nil
-}
-
-// waitFor polls check every second until it holds, failing the test after timeout.
-func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		ok, status := check()
-		if ok {
-			return
-		}
-		last = status
-		time.Sleep(time.Second)
-	}
-	t.Fatalf("waited %v for %s: %s", timeout, what, last)
-}
-
-// keepLogs copies a failed test's server logs (up's components and the
-// static pods' containers) to $TMPDIR/steadyplane-e2e-ha/<name>, which the
-// test's temporary directory does not outlive.
-func keepLogs(t *testing.T, name, dataDir string) {
-	if !t.Failed() {
-		return
-	}
-	dst := filepath.Join(os.TempDir(), "steadyplane-e2e-ha", name)
-	_ = os.RemoveAll(dst)
-	_ = filepath.WalkDir(dataDir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
-			return nil
-		}
-		rel, _ := filepath.Rel(dataDir, path)
-		if b, err := os.ReadFile(path); err == nil {
-			_ = os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o700)
-			_ = os.WriteFile(filepath.Join(dst, rel), b, 0o600)
-		}
-		return nil
-	})
-	t.Logf("%s's logs: %s", name, dst)
 }

@@ -182,6 +182,25 @@ func init() {
 	registry.MustRegister(buildinfo.Collector())
 }
 
+// DefaultPodPidsLimit is the processes and threads each container may
+// have unless told otherwise, on servers and workers alike.
+const DefaultPodPidsLimit = 4096
+
+// RegisterMetrics serves cs with the agent's own metrics: a server's up
+// runs its node agent in process, and its other parts (the join
+// approver) have no endpoint of their own. Registering one twice is a
+// no-op.
+func RegisterMetrics(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := registry.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				panic(err)
+			}
+		}
+	}
+}
+
 // New returns an agent that talks to the API server with cfg.
 func New(cfg *rest.Config, o Options) (*Agent, error) {
 	staticpod.AllowPrivileged()

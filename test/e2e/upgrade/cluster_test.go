@@ -1,4 +1,4 @@
-package e2e
+package upgrade
 
 import (
 	"context"
@@ -50,9 +50,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	}
 	testenv.RequireNetwork(t)
 	testimage.RequireBusybox(t)
-	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), "10.218.") {
-		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", releaseClusterCIDR, err)
-	}
+	testenv.RequireUnusedRange(t, releaseClusterCIDR)
 	v1, err := testenv.BinaryOfRelease("v0.9.1")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +82,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	for _, h := range hosts {
 		t.Cleanup(func() {
 			if h.Server {
-				keepLogs(t, "release-"+h.Name, h.DataDir())
+				testup.KeepLogs(t, "release-"+h.Name, h.DataDir())
 			}
 			testenv.CleanHost(nw, h, v1)
 		})
@@ -119,9 +117,9 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	}
 
 	kubeconfig := filepath.Join(s1.DataDir(), "admin.kubeconfig")
-	client := haClient(t, kubeconfig)
+	client := testup.HAClient(t, kubeconfig)
 	names := []string{"s2", "s3", "steadyplane", "w4"}
-	waitFor(t, ctx, 4*time.Minute, "four Ready nodes", func() (bool, string) {
+	testup.WaitFor(t, ctx, 4*time.Minute, "four Ready nodes", func() (bool, string) {
 		ready := readyNodes(ctx, client)
 		return slices.Equal(ready, names), fmt.Sprintf("Ready: %v", ready)
 	})
@@ -135,7 +133,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, ctx, 3*time.Minute, "a Ready pod on each node", func() (bool, string) {
+	testup.WaitFor(t, ctx, 3*time.Minute, "a Ready pod on each node", func() (bool, string) {
 		s, ok := podStates(ctx, client, names)
 		return ok, s
 	})
@@ -165,7 +163,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	unchanged := func(step string) {
 		t.Helper()
 		var now string
-		waitFor(t, ctx, 2*time.Minute, step+": the pods as they were", func() (bool, string) {
+		testup.WaitFor(t, ctx, 2*time.Minute, step+": the pods as they were", func() (bool, string) {
 			now, _ = podStates(ctx, client, names)
 			return now == before, now
 		})

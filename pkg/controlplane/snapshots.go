@@ -1,0 +1,92 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/kubernetes/cmd/kubeadm/app/util/pubkeypin"
+
+	"github.com/steadyplane/steadyplane/pkg/etcd/snapshot"
+	"github.com/steadyplane/steadyplane/pkg/node/agent"
+)
+
+// snapshotEtcd takes a scheduled snapshot of this server's etcd member
+// every EtcdSnapshotInterval until ctx ends, keeping the newest
+// EtcdSnapshotRetention. Each is a log line, a metric and an Event on
+// the server's Node (EtcdSnapshotSaved, or Warning EtcdSnapshotFailed).
+func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
+	every := cp.opts.EtcdSnapshotInterval
+	if every <= 0 {
+		return
+	}
+	agent.RegisterMetrics(snapshot.Collectors()...)
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	defer events.Shutdown()
+	if client, err := cp.adminClient(); err == nil {
+		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	}
+	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-etcd-snapshot", Host: cp.opts.NodeName})
+	node := &corev1.ObjectReference{Kind: "Node", Name: cp.opts.NodeName, UID: "", APIVersion: "v1"}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s, err := snapshot.ForDataDir(string(cp.dir), cp.opts.EtcdSnapshotDir)
+		if err == nil {
+			s.Endpoint, s.Node = cp.addr.etcdClientURL(), cp.opts.NodeName
+		}
+		if err != nil {
+			cp.progressf("etcd snapshot: %v", err)
+			recorder.Event(node, corev1.EventTypeWarning, "EtcdSnapshotFailed", err.Error())
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		m, pruned, err := snapshot.Scheduled(sctx, s, cp.opts.EtcdSnapshotRetention)
+		cancel()
+		if err != nil {
+			cp.progressf("etcd snapshot failed: %v (the next in %v)", err, every)
+			recorder.Event(node, corev1.EventTypeWarning, "EtcdSnapshotFailed", err.Error())
+			continue
+		}
+		msg := fmt.Sprintf("etcd snapshot %s saved: revision %d, %d bytes", m.DB(s.Dir), m.Revision, m.Size)
+		if len(pruned) > 0 {
+			msg += fmt.Sprintf("; deleted %s (--etcd-snapshot-retention=%d)", strings.Join(pruned, ", "), cp.opts.EtcdSnapshotRetention)
+		}
+		cp.progressf("%s", msg)
+		recorder.Event(node, corev1.EventTypeNormal, "EtcdSnapshotSaved", msg)
+	}
+}
+
+// restoreEtcd replaces this server's etcd data with the snapshot at path
+// (snapshot.Verify first: whole, and of this cluster; nothing is
+// touched otherwise), keeping the data it had beside it, and says where.
+// The member it makes starts as a cluster of one; restoreDone undoes
+// the swap if it does not.
+func (cp *ControlPlane) restoreEtcd(path string) (kept string, err error) {
+	m, err := snapshot.Verify(path, pubkeypin.Hash(cp.pki.CA.Cert))
+	if err != nil {
+		return "", fmt.Errorf("--cluster-reset-restore-path: %w", err)
+	}
+	cp.progressf("cluster reset: restoring etcd snapshot %s (taken %s on %s, revision %d)", path, m.Created.UTC().Format(time.RFC3339), m.Node, m.Revision)
+	staging, err := snapshot.Prepare(path, cp.dir.etcdData())
+	if err != nil {
+		return "", fmt.Errorf("--cluster-reset-restore-path: %w", err)
+	}
+	kept, err = snapshot.Swap(staging, cp.dir.etcdData(), time.Now().UTC().Format("20060102T150405Z"))
+	if err != nil {
+		_ = os.RemoveAll(staging)
+		return "", fmt.Errorf("--cluster-reset-restore-path: %w", err)
+	}
+	return kept, nil
+}
