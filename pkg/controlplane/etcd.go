@@ -188,14 +188,19 @@ func (cp *ControlPlane) waitEtcdProcess(ctx context.Context, p *Process) error {
 func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
 	args, kept := append(cp.etcdArgs(), "--force-new-cluster"), ""
 	if path := cp.opts.ClusterResetRestorePath; path != "" {
+		if err := cp.othersStopped(ctx); err != nil {
+			return err
+		}
 		var err error
 		if kept, err = cp.restoreEtcd(path); err != nil {
 			return err
 		}
 		// The restored data has no raft log: the member starts a new
-		// cluster of one, itself.
+		// cluster of one, itself, under a token of its own, so that its
+		// IDs are not the old cluster's (whose members would take it for
+		// theirs and replace its data with their log).
 		cp.etcdJoin = nil
-		args = cp.etcdArgs()
+		args = append(cp.etcdArgs(), fmt.Sprintf("--initial-cluster-token=steadyplane-restore-%d", time.Now().UnixNano()))
 	} else if _, err := os.Stat(filepath.Join(cp.dir.etcdData(), "member", "wal")); err != nil {
 		return fmt.Errorf("--cluster-reset: %s holds no etcd data to keep", cp.dir.etcdData())
 	} else {
@@ -223,15 +228,39 @@ func (cp *ControlPlane) resetEtcd(ctx context.Context) error {
 	return nil
 }
 
+// othersStopped refuses a restore while the etcd member of another
+// server this one knows answers: it would go on with the old data, and
+// the cluster would be two.
+func (cp *ControlPlane) othersStopped(ctx context.Context) error {
+	others := join.EtcdEndpoints(cp.state.Servers, cp.state.EtcdClientPort, cp.addr.hostString())
+	if len(others) == 0 {
+		return nil
+	}
+	cli, err := join.NewEtcdClient(others, cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM, cp.pki.EtcdCA.CertPEM)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for _, ep := range others {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := cli.Status(sctx, ep)
+		cancel()
+		if err == nil {
+			return fmt.Errorf("--cluster-reset-restore-path: the etcd member at %s answers: stop up on every server of the cluster first (a restore makes this server a cluster of one; the others join it again from clean data directories)", ep)
+		}
+	}
+	return nil
+}
+
 // undoRestore puts back the etcd data a restore replaced (kept; "" when
-// there was no restore), after the restored member failed to start.
+// there was none), after the restored member failed to start.
 func (cp *ControlPlane) undoRestore(kept string) error {
-	if kept == "" {
+	if cp.opts.ClusterResetRestorePath == "" {
 		return nil
 	}
 	if err := snapshot.Unswap(cp.dir.etcdData(), kept); err != nil {
 		return fmt.Errorf("putting back the etcd data kept in %s: %w", kept, err)
 	}
-	cp.progressf("cluster reset: the snapshot's member did not start; the data etcd had is back in place (the failed one: %s.restore-failed)", cp.dir.etcdData())
+	cp.progressf("cluster reset: the restore did not finish; the data etcd had is back in place (the snapshot's: %s.restore-failed)", cp.dir.etcdData())
 	return nil
 }

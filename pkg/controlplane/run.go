@@ -97,8 +97,6 @@ func Run(ctx context.Context, o Options) error {
 	if err := cp.publishJoin(ctx); err != nil {
 		return err
 	}
-	go cp.followServers(ctx, 30*time.Second)
-	go cp.snapshotEtcd(ctx)
 	if cp.addr.host() != nil {
 		client, err := cp.adminClient()
 		if err != nil {
@@ -107,9 +105,12 @@ func Run(ctx context.Context, o Options) error {
 		// Worker nodes' client and serving certificates (steadyplane node --server).
 		agent.RegisterMetrics(join.Collectors()...)
 		go join.RunCertificateApprover(ctx, client, cp.progressf)
-		// The join data for server tokens made while it runs.
+		// The join data for server tokens made while it runs (its
+		// publisher made before followServers writes the state).
 		go cp.publisher().RunSealer(ctx, client)
 	}
+	go cp.followServers(ctx, 30*time.Second)
+	go cp.snapshotEtcd(ctx)
 	cp.progressf("kubeconfig: %s", cp.Kubeconfig())
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())

@@ -18,8 +18,8 @@ import (
 )
 
 // snapshotEtcd takes a scheduled snapshot of this server's etcd member
-// every EtcdSnapshotInterval until ctx ends, keeping the newest
-// EtcdSnapshotRetention. Each is a log line, a metric and an Event on
+// every EtcdSnapshotInterval after its newest (at once when it has none
+// or is late) until ctx ends, keeping the newest EtcdSnapshotRetention. Each is a log line, a metric and an Event on
 // the server's Node (EtcdSnapshotSaved, or Warning EtcdSnapshotFailed).
 func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
 	every := cp.opts.EtcdSnapshotInterval
@@ -34,31 +34,37 @@ func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
 	}
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-etcd-snapshot", Host: cp.opts.NodeName})
 	node := &corev1.ObjectReference{Kind: "Node", Name: cp.opts.NodeName, UID: "", APIVersion: "v1"}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	retry := time.Duration(0) // after a failure: a minute (or every, if shorter)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+		wait := retry
 		s, err := snapshot.ForDataDir(string(cp.dir), cp.opts.EtcdSnapshotDir)
 		if err == nil {
 			s.Endpoint, s.Node = cp.addr.etcdClientURL(), cp.opts.NodeName
+			if list, lerr := snapshot.List(s.Dir); retry == 0 && lerr == nil {
+				wait = time.Until(snapshot.NextScheduled(list, s.Node, every, time.Now()))
+			} else if retry == 0 {
+				wait = every
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		var m snapshot.Meta
+		var pruned []string
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			m, pruned, err = snapshot.Scheduled(sctx, s, cp.opts.EtcdSnapshotRetention)
+			cancel()
 		}
 		if err != nil {
-			cp.progressf("etcd snapshot: %v", err)
+			retry = min(every, time.Minute)
+			cp.progressf("etcd snapshot failed: %v (tried again in %v)", err, retry)
 			recorder.Event(node, corev1.EventTypeWarning, "EtcdSnapshotFailed", err.Error())
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		m, pruned, err := snapshot.Scheduled(sctx, s, cp.opts.EtcdSnapshotRetention)
-		cancel()
-		if err != nil {
-			cp.progressf("etcd snapshot failed: %v (the next in %v)", err, every)
-			recorder.Event(node, corev1.EventTypeWarning, "EtcdSnapshotFailed", err.Error())
-			continue
-		}
+		retry = 0
 		msg := fmt.Sprintf("etcd snapshot %s saved: revision %d, %d bytes", m.DB(s.Dir), m.Revision, m.Size)
 		if len(pruned) > 0 {
 			msg += fmt.Sprintf("; deleted %s (--etcd-snapshot-retention=%d)", strings.Join(pruned, ", "), cp.opts.EtcdSnapshotRetention)

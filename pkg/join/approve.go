@@ -89,8 +89,9 @@ var clientUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignatur
 // (signer kubernetes.io/kube-apiserver-client-kubelet): the servers, not
 // the controller manager, decide which node a requester may become. A
 // node may renew its own; a join token may become a node no Node names
-// yet (nodeExists is whether one does), never an existing one, whose
-// pods' secrets it could then read. Other requesters are left to an
+// yet (nodeExists is whether one does, other than the one the servers
+// reserved for this request), never an existing one, whose pods'
+// secrets it could then read. Other requesters are left to an
 // administrator (kubectl certificate approve).
 func DecideNodeClient(c *certificatesv1.CertificateSigningRequest, nodeExists bool) (Verdict, string) {
 	req, err := certhelpers.ParseCSR(c.Spec.Request)
@@ -113,6 +114,8 @@ func DecideNodeClient(c *certificatesv1.CertificateSigningRequest, nodeExists bo
 		return Deny, "a node's client certificate names no host, address, e-mail or URI"
 	}
 	switch {
+	case c.Spec.Username == req.Subject.CommonName && slices.Contains(c.Spec.Groups, "system:nodes") && !nodeExists:
+		return Deny, fmt.Sprintf("node %s asks to renew its client certificate, but the cluster has no Node %s (taken out with remove-node?)", name, name)
 	case c.Spec.Username == req.Subject.CommonName && slices.Contains(c.Spec.Groups, "system:nodes"):
 		return Approve, fmt.Sprintf("node %s renews its own client certificate", name)
 	case slices.Contains(c.Spec.Groups, JoinGroup) && nodeExists:
@@ -163,11 +166,23 @@ func RunCertificateApprover(ctx context.Context, client kubernetes.Interface, lo
 			}
 			verdict, why = DecideServing(c, node)
 		case certificatesv1.KubeAPIServerClientKubeletSignerName:
-			exists, err := nodeNamed(ctx, client, c)
+			exists, err := nodeHeld(ctx, client, c)
 			if err != nil {
 				return
 			}
 			verdict, why = DecideNodeClient(c, exists)
+			if verdict == Approve && slices.Contains(c.Spec.Groups, JoinGroup) {
+				// The name is this request's once its Node exists: a
+				// second request for it, here or on another server, finds
+				// it held.
+				held, err := reserveNode(ctx, client, c)
+				if err != nil {
+					return
+				}
+				if held {
+					verdict, why = DecideNodeClient(c, true)
+				}
+			}
 		default:
 			return
 		}
@@ -195,22 +210,50 @@ func RunCertificateApprover(ctx context.Context, client kubernetes.Interface, lo
 	factory.Shutdown()
 }
 
-// nodeNamed says whether a Node has the name a client certificate
-// request asks for (false for a request that names none: it is denied).
-func nodeNamed(ctx context.Context, client kubernetes.Interface, c *certificatesv1.CertificateSigningRequest) (bool, error) {
+// ReservedForAnnotation on a Node the servers made for a join token's
+// certificate request names that request: the Node holds the name for it.
+const ReservedForAnnotation = "join.steadyplane.io/reserved-for"
+
+// requestedNode is the node name a client certificate request asks for
+// ("" when it names none: it is denied).
+func requestedNode(c *certificatesv1.CertificateSigningRequest) string {
 	req, err := certhelpers.ParseCSR(c.Spec.Request)
 	if err != nil {
+		return ""
+	}
+	name, _ := strings.CutPrefix(req.Subject.CommonName, "system:node:")
+	return name
+}
+
+// nodeHeld says whether a Node holds the name c asks for, other than one
+// the servers reserved for c itself.
+func nodeHeld(ctx context.Context, client kubernetes.Interface, c *certificatesv1.CertificateSigningRequest) (bool, error) {
+	name := requestedNode(c)
+	if name == "" {
 		return false, nil
 	}
-	name, ok := strings.CutPrefix(req.Subject.CommonName, "system:node:")
-	if !ok || name == "" {
-		return false, nil
-	}
-	_, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	return node.Annotations[ReservedForAnnotation] != c.Name, nil
+}
+
+// reserveNode makes the Node c asks for, as the joining node will
+// register it (RegisterNode finds it and adds its address), reserved for
+// c; it says whether the name turned out held by another: a create is
+// atomic, so two requests for one name never both get it.
+func reserveNode(ctx context.Context, client kubernetes.Interface, c *certificatesv1.CertificateSigningRequest) (bool, error) {
+	name := requestedNode(c)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels(name), Annotations: map[string]string{ReservedForAnnotation: c.Name}}}
+	_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nodeHeld(ctx, client, c)
+	}
+	return false, err
 }
 
 func decided(c *certificatesv1.CertificateSigningRequest) bool {

@@ -50,6 +50,7 @@ func TestDecideNodeClient(t *testing.T) {
 		{"a token joins a new node", csrOf(t, "system:bootstrap:abcdef", token, nodeSubject("w4"), client...), false, Approve},
 		{"a token asks for an existing node", csrOf(t, "system:bootstrap:abcdef", token, nodeSubject("steadyplane"), client...), true, Deny},
 		{"a node renews its own", csrOf(t, "system:node:w4", node, nodeSubject("w4"), client...), true, Approve},
+		{"a node taken out renews", csrOf(t, "system:node:w4", node, nodeSubject("w4"), client...), false, Deny},
 		{"a node asks for another node's", csrOf(t, "system:node:w4", node, nodeSubject("steadyplane"), client...), true, Wait},
 		{"a bootstrap token not of the join group", csrOf(t, "system:bootstrap:abcdef", []string{"system:bootstrappers"}, nodeSubject("w4"), client...), false, Wait},
 		{"not a node's subject", csrOf(t, "system:bootstrap:abcdef", token, admin, client...), false, Deny},

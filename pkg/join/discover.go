@@ -29,7 +29,7 @@ import (
 const discoveryTimeout = 15 * time.Second
 
 // ErrTokenRefused says the API server did not accept the token.
-var ErrTokenRefused = errors.New("the server refused the join token: it is unknown, was deleted or has expired (steadyplane token create, on a server, makes another)")
+var ErrTokenRefused = errors.New("the server refused the join token: it is unknown, was deleted or has expired (steadyplane token create, on a server, makes another; a node the cluster has already joins again only after steadyplane remove-node)")
 
 // ClusterInfo is what a joining host learns before it authenticates.
 type ClusterInfo struct {

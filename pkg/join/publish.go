@@ -98,7 +98,29 @@ func sealFor(ctx context.Context, client kubernetes.Interface, owner *corev1.Sec
 		binding); err != nil {
 		return err
 	}
+	if err := adoptRole(ctx, client, tokenRole(t.ID), ref); err != nil {
+		return err
+	}
 	return applySecret(ctx, client, bundle)
+}
+
+// adoptRole makes the token's Role and RoleBinding name (made by an
+// earlier release, which gave them no owner) belong to ref.
+func adoptRole(ctx context.Context, client kubernetes.Interface, name string, ref []metav1.OwnerReference) error {
+	roles, bindings := client.RbacV1().Roles(metav1.NamespaceSystem), client.RbacV1().RoleBindings(metav1.NamespaceSystem)
+	if r, err := roles.Get(ctx, name, metav1.GetOptions{}); err == nil && len(r.OwnerReferences) == 0 {
+		r.OwnerReferences = ref
+		if _, err := roles.Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("Role %s: %w", name, err)
+		}
+	}
+	if b, err := bindings.Get(ctx, name, metav1.GetOptions{}); err == nil && len(b.OwnerReferences) == 0 {
+		b.OwnerReferences = ref
+		if _, err := bindings.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("RoleBinding %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // PublishServers writes kube-public/cluster-info: the CA and the API

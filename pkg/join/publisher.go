@@ -2,6 +2,7 @@ package join
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,8 @@ func (p Publisher) Publish(ctx context.Context, client kubernetes.Interface) (se
 		}
 	}
 	if !p.State.TokensMade && !p.State.Joined() {
-		// Once per cluster: a token file removed (revoked) is not remade.
+		// Once per cluster, both made (or found revoked): a token file
+		// removed from now on is not remade.
 		p.State.TokensMade = true
 		if err := SaveState(p.DataDir, *p.State); err != nil {
 			return nil, err
@@ -94,7 +96,6 @@ func (p Publisher) keepTokenFile(ctx context.Context, client kubernetes.Interfac
 	raw, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		p.State.TokensMade = p.State.TokensMade || !p.State.Joined()
 		tok, err := ParseToken(string(raw))
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", path, err)
@@ -102,7 +103,10 @@ func (p Publisher) keepTokenFile(ctx context.Context, client kubernetes.Interfac
 		if err := tok.CheckCA(p.PKI.CA.Cert); err != nil {
 			return false, fmt.Errorf("%s: %w", path, err)
 		}
-		alive, err := TokenAlive(ctx, client, tok, time.Now())
+		alive, expires, err := TokenAlive(ctx, client, tok, time.Now())
+		if alive && expires.IsZero() && p.TokenTTL > 0 {
+			p.Logf("%s: token %s never expires (an earlier release made it): steadyplane token delete %s, then token create, gives one that does", path, tok.ID, tok.ID)
+		}
 		if err != nil || alive {
 			return alive, err
 		}
@@ -118,12 +122,17 @@ func (p Publisher) keepTokenFile(ctx context.Context, client kubernetes.Interfac
 		return false, err
 	}
 	if kind == ServerToken {
-		if err := sealFor(ctx, client, secret, bundle); err != nil {
-			return false, fmt.Errorf("sealing the join data for the server token: %w", err)
-		}
+		err = sealFor(ctx, client, secret, bundle)
 	}
-	if err := writeTokenFile(path, tok); err != nil {
-		return false, err
+	if err == nil {
+		err = writeTokenFile(path, tok)
+	}
+	if err != nil {
+		// Nobody holds it: the next start makes another.
+		if _, derr := DeleteToken(ctx, client, tok.ID); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return false, fmt.Errorf("the %s join token: %w", kind, err)
 	}
 	if p.TokenTTL > 0 {
 		p.Logf("made the %s join token %s, valid for %v (--token-ttl)", kind, tok.ID, p.TokenTTL)

@@ -118,19 +118,19 @@ func WaitSealed(ctx context.Context, client kubernetes.Interface, id string, tim
 	return nil
 }
 
-// TokenAlive says whether the cluster still accepts join token t: its
-// Secret is there and has not expired (the controller manager deletes an
-// expired one soon after).
-func TokenAlive(ctx context.Context, client kubernetes.Interface, t Token, now time.Time) (bool, error) {
+// TokenAlive says whether the cluster still accepts join token t (its
+// Secret is there and has not expired: the controller manager deletes an
+// expired one soon after), and when it expires (zero: never).
+func TokenAlive(ctx context.Context, client kubernetes.Interface, t Token, now time.Time) (bool, time.Time, error) {
 	s, err := client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, bootstraputil.BootstrapTokenSecretName(t.ID), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return false, time.Time{}, nil
 	}
 	if err != nil {
-		return false, err
+		return false, time.Time{}, err
 	}
 	info, ok := tokenInfo(s, nil)
-	return ok && info.Token.Secret == t.Secret && !info.Expired(now), nil
+	return ok && info.Token.Secret == t.Secret && !info.Expired(now), info.Expires, nil
 }
 
 // Expired says whether the token's expiration has passed at now.

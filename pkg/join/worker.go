@@ -167,7 +167,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 // same range) and the servers can check the serving certificate's address,
 // and waits for the range.
 func RegisterNode(ctx context.Context, client kubernetes.Interface, name string, ip net.IP, logf func(string, ...any)) (string, error) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels(name)}}
 	got, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		got, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -214,6 +214,11 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, name string,
 	}
 	logf("node %s: pod range %s", name, got.Spec.PodCIDR)
 	return got.Spec.PodCIDR, nil
+}
+
+// nodeLabels are the labels a Node is made with, as its agent writes them.
+func nodeLabels(name string) map[string]string {
+	return map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
 }
 
 // nodeHasAddress says whether the Node shows ip as its InternalIP or

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"go.etcd.io/etcd/server/v3/storage/backend"
+	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
 	"go.uber.org/zap"
 )
@@ -70,9 +71,19 @@ func copyDB(src, dst string) error {
 	return out.Close()
 }
 
+// RevisionBump is how far a restore moves etcd's revision past the
+// snapshot's: further than the cluster can have written since, so that
+// resourceVersions never go back. Clients that watched from a revision
+// of before the restore are told it is compacted (410 Gone) and list
+// again, instead of missing what came between (etcdutl's
+// --bump-revision with --mark-compacted, as Kubernetes' documentation
+// asks of a restore).
+const RevisionBump = 1_000_000_000
+
 // forget removes from the database at db what ties it to the cluster and
 // the raft log it was taken from: the members, and the raft index and
-// term the data was applied to.
+// term the data was applied to; and moves its revision RevisionBump on,
+// compacted there.
 func forget(db string) (err error) {
 	lg := zap.NewNop()
 	be := backend.NewDefaultBackend(lg, db)
@@ -90,6 +101,21 @@ func forget(db string) (err error) {
 	for _, key := range [][]byte{schema.MetaConsistentIndexKeyName, schema.MetaTermKeyName, schema.MetaConfStateName} {
 		tx.UnsafeDelete(schema.Meta, key)
 	}
+	var latest int64
+	err = tx.UnsafeForEach(schema.Key, func(k, _ []byte) error {
+		latest = max(latest, mvcc.BytesToRev(k).Main)
+		return nil
+	})
+	if err != nil {
+		tx.Unlock()
+		return err
+	}
+	// An empty entry at the new revision makes it the store's latest; the
+	// compaction marks make every earlier one answer "compacted".
+	latest += RevisionBump
+	tx.UnsafePut(schema.Key, mvcc.RevToBytes(mvcc.Revision{Main: latest}, mvcc.NewRevBytes()), []byte{})
+	mvcc.UnsafeSetScheduledCompact(tx, latest)
+	mvcc.UnsafeSetFinishedCompact(tx, latest)
 	tx.Unlock()
 	be.ForceCommit()
 	return nil
@@ -117,15 +143,16 @@ func Swap(staging, dataDir, suffix string) (string, error) {
 
 // Unswap puts the data kept by Swap back in place of dataDir (a restore
 // whose member did not start), keeping the failed one as
-// dataDir.restore-failed.
+// dataDir.restore-failed; with nothing kept (there was no data), only
+// the failed one moves aside.
 func Unswap(dataDir, kept string) error {
-	if kept == "" {
-		return nil
-	}
 	failed := dataDir + ".restore-failed"
 	_ = os.RemoveAll(failed)
-	if err := os.Rename(dataDir, failed); err != nil {
+	if err := os.Rename(dataDir, failed); err != nil && !os.IsNotExist(err) {
 		return err
+	}
+	if kept == "" {
+		return nil
 	}
 	return os.Rename(kept, dataDir)
 }

@@ -232,20 +232,43 @@ type Listed struct {
 	Incomplete string
 }
 
-// Prune are the snapshots to delete so that the schedule keeps its
-// newest keep: only scheduled ones are counted and pruned (a snapshot a
-// user asked for stays until deleted), and list is oldest first.
-func Prune(list []Listed, keep int) []Listed {
-	var scheduled []Listed
-	for _, l := range list {
-		if l.Scheduled && l.Incomplete == "" {
-			scheduled = append(scheduled, l)
-		}
-	}
+// Prune are the snapshots to delete so that node's schedule keeps its
+// newest keep: only node's scheduled ones are counted and pruned (a
+// snapshot a user asked for stays until deleted, and servers sharing a
+// directory keep their own), and list is oldest first.
+func Prune(list []Listed, node string, keep int) []Listed {
+	scheduled := ofSchedule(list, node)
 	if keep < 1 || len(scheduled) <= keep {
 		return nil
 	}
 	return scheduled[:len(scheduled)-keep]
+}
+
+// NextScheduled is when node's schedule takes its next snapshot: every
+// after its newest (list is oldest first), or now when it has none or
+// is late, so that a server restarted more often than every still takes
+// them.
+func NextScheduled(list []Listed, node string, every time.Duration, now time.Time) time.Time {
+	scheduled := ofSchedule(list, node)
+	if len(scheduled) == 0 {
+		return now
+	}
+	next := scheduled[len(scheduled)-1].Created.Add(every)
+	if next.Before(now) {
+		return now
+	}
+	return next
+}
+
+// ofSchedule are node's complete scheduled snapshots in list.
+func ofSchedule(list []Listed, node string) []Listed {
+	var out []Listed
+	for _, l := range list {
+		if l.Scheduled && l.Incomplete == "" && l.Node == node {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Delete removes snapshot name (with or without .db) from dir: its .json
@@ -294,7 +317,7 @@ func Scheduled(ctx context.Context, s *Server, keep int) (Meta, []string, error)
 		return m, nil, err
 	}
 	var pruned []string
-	for _, old := range Prune(all, keep) {
+	for _, old := range Prune(all, s.Node, keep) {
 		if err := Delete(s.Dir, old.Name); err != nil {
 			return m, pruned, err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -190,14 +191,21 @@ func TestSaveAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if put.Header.Revision <= before.Header.Revision {
-		t.Errorf("a write after the restore got revision %d, want more than the snapshot's %d", put.Header.Revision, before.Header.Revision)
+	if put.Header.Revision <= before.Header.Revision+RevisionBump {
+		t.Errorf("a write after the restore got revision %d, want more than the snapshot's %d + %d", put.Header.Revision, before.Header.Revision, RevisionBump)
+	}
+	// A client that had read at the snapshot's revision, or watched from
+	// a later one of the old cluster, is told it is compacted.
+	for _, rev := range []int64{before.Header.Revision, before.Header.Revision + 50} {
+		if _, err := restored.Get(ctx, "/registry/k001", clientv3.WithRev(rev)); !errors.Is(err, rpctypes.ErrCompacted) {
+			t.Errorf("a read at revision %d after the restore: %v, want compacted", rev, err)
+		}
 	}
 }
 
 func TestPrune(t *testing.T) {
-	at := func(h int, scheduled bool, incomplete string) Listed {
-		return Listed{Meta: Meta{Name: fmt.Sprintf("s%02d", h), Scheduled: scheduled, Created: time.Date(2026, 11, 27, h, 0, 0, 0, time.UTC)}, Incomplete: incomplete}
+	at := func(h int, node string, scheduled bool, incomplete string) Listed {
+		return Listed{Meta: Meta{Name: fmt.Sprintf("s%02d", h), Node: node, Scheduled: scheduled, Created: time.Date(2026, 11, 27, h, 0, 0, 0, time.UTC)}, Incomplete: incomplete}
 	}
 	names := func(l []Listed) string {
 		var out []string
@@ -206,13 +214,35 @@ func TestPrune(t *testing.T) {
 		}
 		return strings.Join(out, ",")
 	}
-	list := []Listed{at(1, true, ""), at(2, false, ""), at(3, true, ""), at(4, true, "no record"), at(5, true, ""), at(6, true, "")}
+	list := []Listed{at(1, "a", true, ""), at(2, "a", false, ""), at(3, "a", true, ""), at(4, "a", true, "no record"), at(5, "a", true, ""), at(6, "b", true, ""), at(7, "a", true, "")}
 	for _, tc := range []struct {
 		keep int
 		want string
 	}{{5, ""}, {4, ""}, {3, "s01"}, {2, "s01,s03"}, {1, "s01,s03,s05"}, {0, ""}} {
-		if got := names(Prune(list, tc.keep)); got != tc.want {
-			t.Errorf("Prune(keep %d) = %q, want %q (on-demand and incomplete ones are never pruned)", tc.keep, got, tc.want)
+		if got := names(Prune(list, "a", tc.keep)); got != tc.want {
+			t.Errorf("Prune(keep %d) = %q, want %q (on-demand, incomplete and other nodes' snapshots are never pruned)", tc.keep, got, tc.want)
+		}
+	}
+}
+
+func TestNextScheduled(t *testing.T) {
+	day := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	at := func(h int, node string, scheduled bool) Listed {
+		return Listed{Meta: Meta{Node: node, Scheduled: scheduled, Created: day.Add(time.Duration(h) * time.Hour)}}
+	}
+	for _, tc := range []struct {
+		name string
+		list []Listed
+		now  time.Time
+		want time.Time
+	}{
+		{"none yet: now", nil, day, day},
+		{"only on-demand and other nodes': now", []Listed{at(1, "a", false), at(2, "b", true)}, day.Add(3 * time.Hour), day.Add(3 * time.Hour)},
+		{"an interval after the newest", []Listed{at(1, "a", true), at(5, "a", true)}, day.Add(6 * time.Hour), day.Add(17 * time.Hour)},
+		{"late (up was down): now", []Listed{at(1, "a", true)}, day.Add(20 * time.Hour), day.Add(20 * time.Hour)},
+	} {
+		if got := NextScheduled(tc.list, "a", 12*time.Hour, tc.now); !got.Equal(tc.want) {
+			t.Errorf("%s: NextScheduled = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -73,22 +73,25 @@ func TestSnapshotAndRestore(t *testing.T) {
 		n := strings.Count(up.Text(), "etcd snapshot "+filepath.Join(dataDir, snapshot.DirName))
 		return n >= 3, strings.Repeat("saved ", n)
 	})
+	up.Stop(t)
 	list, err := snapshot.List(filepath.Join(dataDir, snapshot.DirName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	scheduled, onDemand := 0, 0
 	for _, l := range list {
-		if l.Scheduled {
+		switch {
+		case l.Incomplete != "":
+			t.Logf("snapshot %s: a save up's stop cut short (%s)", l.Name, l.Incomplete)
+		case l.Scheduled:
 			scheduled++
-		} else {
+		default:
 			onDemand++
 		}
 	}
 	if scheduled != 2 || onDemand != 1 {
 		t.Errorf("snapshots kept: %d scheduled, %d on demand (%+v); want 2 (--etcd-snapshot-retention) and the one saved", scheduled, onDemand, list)
 	}
-	up.Stop(t)
 
 	// A torn copy is refused before anything changes.
 	etcdData := filepath.Join(dataDir, "etcd")

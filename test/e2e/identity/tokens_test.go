@@ -5,6 +5,7 @@ package identity
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,10 +117,17 @@ func TestJoinTokens(t *testing.T) {
 	if _, err := client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, join.BundleSecretName(tok.ID), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the join data of the new server token: %v", err)
 	}
-	runOn(t, ctx, nw, s1, bin, bin, "token", "delete", tok.ID, "--data-dir", s1.DataDir())
-	if _, err := client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, join.BundleSecretName(tok.ID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the join data of a deleted server token: %v, want it gone", err)
+	// Its Secret deleted as kubectl would (the token cleaner deletes an
+	// expired one the same way): what belongs to it goes too.
+	if err := client.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, "bootstrap-token-"+tok.ID, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	testup.WaitFor(t, ctx, time.Minute, "the join data and role of a deleted server token gone", func() (bool, string) {
+		_, serr := client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, join.BundleSecretName(tok.ID), metav1.GetOptions{})
+		_, rerr := client.RbacV1().Roles(metav1.NamespaceSystem).Get(ctx, "steadyplane:join:"+tok.ID, metav1.GetOptions{})
+		_, berr := client.RbacV1().RoleBindings(metav1.NamespaceSystem).Get(ctx, "steadyplane:join:"+tok.ID, metav1.GetOptions{})
+		return apierrors.IsNotFound(serr) && apierrors.IsNotFound(rerr) && apierrors.IsNotFound(berr), fmt.Sprintf("bundle: %v, role: %v, binding: %v", serr, rerr, berr)
+	})
 
 	// A stolen worker token cannot become the server's node.
 	nodeTokenPath := filepath.Join(s1.DataDir(), join.NodeTokenFile)
