@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -184,8 +188,18 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, name string,
 		if nodeHasAddress(got, ip) {
 			return nil
 		}
-		got.Status.Addresses = append(got.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
-		updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		// A patch of the addresses alone, at the version read: an update
+		// of the whole Node would carry the taints as they were read, and
+		// the controller manager taints a new Node meanwhile, which a node
+		// may not change (NodeRestriction).
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": got.ResourceVersion},
+			"status":   map[string]any{"addresses": append(slices.Clone(got.Status.Addresses), corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})},
+		})
+		if err != nil {
+			return err
+		}
+		updated, err := client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 		if err == nil {
 			got = updated
 			return nil

@@ -32,7 +32,10 @@ func TestSnapshotAndRestore(t *testing.T) {
 	work := filepath.Dir(dataDir)
 	dataDir = filepath.Join(work, ".steadyplane")
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
-	up := testup.Start(t, bin, dataDir, ports, "--etcd-snapshot-interval", "10s", "--etcd-snapshot-retention", "2")
+	// No kube-proxy or DNS: other test packages run up on this network
+	// namespace at the same time, and two kube-proxies would fight.
+	hostOnly := []string{"--proxy=false", "--dns=false"}
+	up := testup.Start(t, bin, dataDir, ports, append(hostOnly, "--etcd-snapshot-interval", "10s", "--etcd-snapshot-retention", "2")...)
 	up.WaitUp(t, 4*time.Minute)
 	kubectl := func(args ...string) string {
 		t.Helper()
@@ -133,7 +136,7 @@ func TestSnapshotAndRestore(t *testing.T) {
 	} else if !strings.Contains(out, "etcd runs on the snapshot's data") {
 		t.Errorf("the restore does not say where the data it replaced is kept")
 	}
-	up = testup.Start(t, bin, dataDir, ports, "--etcd-snapshot-interval", "0")
+	up = testup.Start(t, bin, dataDir, ports, append(hostOnly, "--etcd-snapshot-interval", "0")...)
 	up.WaitUp(t, 4*time.Minute)
 	defer up.Stop(t)
 	testup.WaitFor(t, ctx, 2*time.Minute, "namespace keep-me back with its ConfigMap", func() (bool, string) {

@@ -61,6 +61,9 @@ func TestJoinTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	s1, other := hosts[0], hosts[1]
+	// No cluster DNS: nothing here resolves names, and test/e2e, which
+	// runs at once, counts the machine's CoreDNS processes.
+	s1.Args = append(s1.Args, "--dns=false")
 	t.Cleanup(func() {
 		testup.KeepLogs(t, "tokens-"+s1.Name, s1.DataDir())
 		testenv.CleanHost(nw, s1, bin)

@@ -1,4 +1,4 @@
-package upgrade
+package e2e
 
 import (
 	"context"
