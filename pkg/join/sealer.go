@@ -25,17 +25,19 @@ func SealAll(ctx context.Context, client kubernetes.Interface, b *Bundle, missin
 	}
 	for i := range tokens.Items {
 		s := &tokens.Items[i]
-		if err := sealIfServer(ctx, client, s, b, missingOnly); err != nil {
+		if err := sealIfServer(ctx, client, s, func() (*Bundle, error) { return b, nil }, missingOnly); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// sealIfServer seals b for the token of Secret s when it is a server
-// token; when missingOnly, only if its join data is not there yet. A
-// token of an earlier release is a server token when it has join data.
-func sealIfServer(ctx context.Context, client kubernetes.Interface, s *corev1.Secret, b *Bundle, missingOnly bool) error {
+// sealIfServer seals the bundle for the token of Secret s when it is a
+// server token; when missingOnly, only if its join data is not there
+// yet. A token of an earlier release is a server token when it has join
+// data. bundle is read only when there is something to seal: the sealer
+// looks at every token each 30s, and the bundle is five files.
+func sealIfServer(ctx context.Context, client kubernetes.Interface, s *corev1.Secret, bundle func() (*Bundle, error), missingOnly bool) error {
 	kind := TokenKind(s.Labels[TokenKindLabel])
 	if kind == WorkerToken || (kind != ServerToken && missingOnly) {
 		return nil
@@ -47,6 +49,10 @@ func sealIfServer(ctx context.Context, client kubernetes.Interface, s *corev1.Se
 	case apierrors.IsNotFound(err) && kind != ServerToken:
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	b, err := bundle()
+	if err != nil {
 		return err
 	}
 	return sealFor(ctx, client, s, b)
@@ -65,11 +71,7 @@ func (p Publisher) RunSealer(ctx context.Context, client kubernetes.Interface) {
 		if !ok || s.Type != bootstrapapi.SecretTypeBootstrapToken || !s.DeletionTimestamp.IsZero() {
 			return
 		}
-		b, err := p.bundle()
-		if err == nil {
-			err = sealIfServer(ctx, client, s, b, true)
-		}
-		if err != nil && ctx.Err() == nil {
+		if err := sealIfServer(ctx, client, s, p.bundle, true); err != nil && ctx.Err() == nil {
 			p.Logf("sealing the join data for token %s: %v (tried again within 30s)", s.Data[bootstrapapi.BootstrapTokenIDKey], err)
 		}
 	}
