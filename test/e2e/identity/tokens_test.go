@@ -186,8 +186,11 @@ func TestJoinTokens(t *testing.T) {
 			t.Errorf("the deleted token %s is published again after a restart", revoked.ID)
 		}
 	}
-	if len(tokens) != 1 || tokens[0].Kind != join.ServerToken {
-		t.Errorf("tokens after the restart: %+v, want the server token alone", tokens)
+	// The 2 s token may still be listed, expired: the token cleaner of a
+	// controller manager that has just become leader deletes it.
+	live := slices.DeleteFunc(tokens, func(i join.TokenInfo) bool { return !i.Expires.IsZero() && i.Expires.Before(time.Now()) })
+	if len(live) != 1 || live[0].Kind != join.ServerToken {
+		t.Errorf("live tokens after the restart: %+v, want the server token alone", live)
 	}
 	if out := refusedJoin(t, ctx, nw, other, bin, s1, "w-revoked", "--token", revoked.String()); !strings.Contains(out, "refused the join token") {
 		t.Errorf("a deleted token after a restart: want it refused:\n%s", out)
@@ -255,13 +258,15 @@ func checkDenied(t *testing.T, ctx context.Context, client kubernetes.Interface,
 	if denied == "" {
 		t.Fatalf("no denied request of a join token for node %s", node)
 	}
-	events, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + denied})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
-		return e.Reason == "NodeCertificateDenied" && e.Type == corev1.EventTypeWarning
-	}) {
-		t.Errorf("no NodeCertificateDenied Event for %s: %v", denied, events.Items)
-	}
+	// Events are sent by a broadcaster after the decision: under load the
+	// denial is seen before its Event.
+	testup.WaitFor(t, ctx, 30*time.Second, "a NodeCertificateDenied Event for "+denied, func() (bool, string) {
+		events, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + denied})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Reason == "NodeCertificateDenied" && e.Type == corev1.EventTypeWarning
+		}), fmt.Sprintf("events: %v", events.Items)
+	})
 }
