@@ -6,7 +6,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
+	"k8s.io/client-go/transport"
 	"k8s.io/component-base/cli"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
@@ -27,6 +29,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Every component in this binary that names its client certificate's
+	// files (its kubeconfig) reads them again this often: a renewal, at
+	// two thirds of the certificate's lifetime, must reach it well within
+	// the third left, even when a test asks for a lifetime of minutes.
+	// client-go's default, 5 minutes, is a test hook too; one read and
+	// parse of a small file each 10 s costs nothing.
+	transport.CertCallbackRefreshDuration = 10 * time.Second
 	if isKubectl(os.Args) {
 		os.Exit(runKubectl(os.Args))
 	}

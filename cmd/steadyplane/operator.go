@@ -32,7 +32,7 @@ func newOperatorCommand() *cobra.Command {
   is recorded in status.nodeStatuses and the Degraded condition, with an Event; the
   revision is retried as a new one after --retry-base, doubling up to --retry-max,
   unless its reason is NeverStartedUp or CrashLooping, which wait for a new spec.`,
-		Example: `  steadyplane operator --kubeconfig .steadyplane/kubeapiserver-operator.kubeconfig
+		Example: `  steadyplane operator --kubeconfig .steadyplane/credentials/kubeapiserver-operator/kubeconfig
   kubectl get kubeapiserver cluster -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

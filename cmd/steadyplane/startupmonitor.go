@@ -41,7 +41,7 @@ another revision it waits. Every look holds the installer lock. Start attempts a
 termination messages come from the node agent's local status, which answers while the
 API server does not.`,
 		Example: `  steadyplane startup-monitor --data-dir .steadyplane --revision 3 --node-name steadyplane \
-    --kubeconfig .steadyplane/startup-monitor.kubeconfig`,
+    --kubeconfig .steadyplane/credentials/startup-monitor/kubeconfig`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)

@@ -94,23 +94,30 @@ func Apply(cfg *rest.Config, raw *clientcmdapi.Config, reg *altsvcclient.Registr
 // cluster's API servers, host:port) in its steadyplane.io/alternative-services
 // extension.
 func WriteKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error {
-	cfg := pki.KubeconfigFor(server, userName, ca, kp)
+	return writeKubeconfig(path, pki.KubeconfigFor(server, userName, ca, kp), alternatives)
+}
+
+// WriteFileKubeconfig is WriteKubeconfig naming kp's files instead of
+// holding them (pki.KubeconfigForFiles): what a component that runs while
+// its certificate is renewed reads.
+func WriteFileKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error {
+	return writeKubeconfig(path, pki.KubeconfigForFiles(server, userName, ca, kp), alternatives)
+}
+
+func writeKubeconfig(path string, cfg *clientcmdapi.Config, alternatives []string) error {
 	if err := altsvcclient.SetKubeconfigHosts(cfg.Clusters[pki.KubeconfigCluster], alternatives); err != nil {
 		return fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return pki.WriteKubeconfigFile(path, cfg)
 }
 
-// WriteProviderKubeconfig is WriteKubeconfig for a program that builds its
+// WriteProviderKubeconfig is WriteFileKubeconfig for a program that builds its
 // client from the kubeconfig with client-go alone (upstream kube-proxy):
 // its user names altsvcclient's auth provider, which turns both options on
 // from this file. Only a binary that registered the provider can use it.
 func WriteProviderKubeconfig(path, server, userName string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error {
-	cfg := pki.KubeconfigFor(server, userName, ca, kp)
-	if err := altsvcclient.SetKubeconfigHosts(cfg.Clusters[pki.KubeconfigCluster], alternatives); err != nil {
-		return fmt.Errorf("kubeconfig %s: %w", path, err)
-	}
+	cfg := pki.KubeconfigForFiles(server, userName, ca, kp)
 	cfg.AuthInfos[userName].AuthProvider = &clientcmdapi.AuthProviderConfig{Name: altsvcclient.AuthProviderName,
 		Config: map[string]string{altsvcclient.AuthProviderKubeconfig: path}}
-	return pki.WriteKubeconfigFile(path, cfg)
+	return writeKubeconfig(path, cfg, alternatives)
 }

@@ -57,7 +57,9 @@ func (cp *ControlPlane) refreshServers(ctx context.Context) error {
 	return cp.writeAdminKubeconfig()
 }
 
-// followServers refreshes the servers every interval until ctx ends.
+// followServers refreshes the servers every interval until ctx ends, and
+// writes the admin kubeconfig again when its certificate is renewed: the
+// one goroutine that writes it while up runs.
 func (cp *ControlPlane) followServers(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -74,6 +76,10 @@ func (cp *ControlPlane) followServers(ctx context.Context, interval time.Duratio
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-cp.adminRenewed:
+			if err := cp.writeAdminKubeconfig(); err != nil {
+				cp.progressf("writing the admin kubeconfig with its renewed certificate: %v", err)
+			}
 		}
 	}
 }

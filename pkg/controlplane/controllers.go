@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"crypto/x509"
+	"net"
 	"strconv"
 	"time"
 
@@ -25,8 +26,12 @@ type ControllerManager struct {
 	ClusterCIDR      string
 	NodeCIDRMaskSize int
 	ServiceCIDR      string
-	// CertDir holds its self-signed serving certificate.
-	CertDir string
+	// Serving is its serving certificate, from the cluster CA and renewed
+	// while it runs (it reads the files again).
+	Serving *pki.KeyPair
+	// SigningDuration is how long the certificates it signs are valid:
+	// the workers' client and serving certificates (--cert-validity).
+	SigningDuration time.Duration
 }
 
 // ControllerManagerArgs returns the arguments of "steadyplane
@@ -41,7 +46,9 @@ func ControllerManagerArgs(p *pki.Cluster, c ControllerManager) []string {
 		"--authorization-kubeconfig=" + c.Kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(c.Port),
-		"--cert-dir=" + c.CertDir,
+		"--tls-cert-file=" + c.Serving.CertPath,
+		"--tls-private-key-file=" + c.Serving.KeyPath,
+		"--cluster-signing-duration=" + c.SigningDuration.String(),
 		"--leader-elect=true",
 		// Stopped by "up", it hands its lease back: the next one leads at
 		// once instead of after the lease expires (15s).
@@ -73,6 +80,8 @@ type Scheduler struct {
 	Kubeconfig string
 	// Port is the secure port on 127.0.0.1 (upstream's 10259).
 	Port int
+	// Serving is its serving certificate (ControllerManager's).
+	Serving *pki.KeyPair
 }
 
 // SchedulerArgs returns the arguments of "steadyplane scheduler", with
@@ -85,6 +94,8 @@ func SchedulerArgs(s Scheduler) []string {
 		"--authorization-kubeconfig=" + s.Kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(s.Port),
+		"--tls-cert-file=" + s.Serving.CertPath,
+		"--tls-private-key-file=" + s.Serving.KeyPath,
 		"--leader-elect=true",
 	}
 }
@@ -105,49 +116,65 @@ func (cp *ControlPlane) prepareControllers() error {
 	if err != nil {
 		return err
 	}
+	// Serving certificates from the cluster CA rather than the
+	// self-signed ones each makes for itself, which nothing renews.
+	serving := map[string]*pki.KeyPair{}
+	for _, name := range []string{"controller-manager", "scheduler"} {
+		if serving[name], err = cp.issue(cp.dir.credentials(name), cp.pki.CA, pki.CertSpec{
+			Name: name + "-serving", CommonName: name, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		}); err != nil {
+			return err
+		}
+	}
 	// Each node's pod range is allocated from the cluster's; the first
 	// server's node agent is given the first range before that.
 	cp.ControllerManager = &Process{Name: "controller-manager", Binary: cp.opts.Binary, LogPath: cp.dir.log("controller-manager"),
 		Args: ControllerManagerArgs(cp.pki, ControllerManager{Kubeconfig: cm, Port: cp.opts.ControllerManagerPort, ClusterCIDR: cp.opts.ClusterCIDR,
-			NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ServiceCIDR: cp.opts.ServiceCIDR, CertDir: cp.dir.path("controller-manager")})}
+			NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, ServiceCIDR: cp.opts.ServiceCIDR, Serving: serving["controller-manager"], SigningDuration: cp.opts.CertValidity})}
 	cp.Scheduler = &Process{Name: "scheduler", Binary: cp.opts.Binary, LogPath: cp.dir.log("scheduler"),
-		Args: SchedulerArgs(Scheduler{Kubeconfig: sched, Port: cp.opts.SchedulerPort})}
+		Args: SchedulerArgs(Scheduler{Kubeconfig: sched, Port: cp.opts.SchedulerPort, Serving: serving["scheduler"]})}
 	return nil
 }
 
 // controllerManagerPod is the controller manager's static pod: the PKI
-// (its signers' keys), its kubeconfig and its serving certificate's
-// directory.
+// (its signers' keys) and its credentials (kubeconfig, client and serving
+// certificates).
 func (cp *ControlPlane) controllerManagerPod(binary string) staticpod.Spec {
 	return staticpod.Spec{Name: controllerManagerComponent, Binary: binary, Args: cp.ControllerManager.Args,
-		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.kubeconfig("controller-manager"), ReadOnly: true}, {Path: cp.dir.path("controller-manager")}},
+		HostPaths: []staticpod.HostPath{cp.pkiPath(), cp.credentialsPath("controller-manager")},
 		Liveness:  &staticpod.HTTPSCheck{Port: cp.opts.ControllerManagerPort, Path: "/healthz"}}
 }
 
-// schedulerPod is the scheduler's static pod: its kubeconfig alone.
+// schedulerPod is the scheduler's static pod: its credentials alone.
 func (cp *ControlPlane) schedulerPod(binary string) staticpod.Spec {
 	return staticpod.Spec{Name: schedulerComponent, Binary: binary, Args: cp.Scheduler.Args,
-		HostPaths: []staticpod.HostPath{{Path: cp.dir.kubeconfig("scheduler"), ReadOnly: true}},
+		HostPaths: []staticpod.HostPath{cp.credentialsPath("scheduler")},
 		Liveness:  &staticpod.HTTPSCheck{Port: cp.opts.SchedulerPort, Path: "/healthz"}}
 }
 
 // componentKubeconfig issues a client certificate for user (from the
-// cluster CA) and writes <name>.kubeconfig with it (0600).
+// cluster CA) in credentials/<name>/ and writes the kubeconfig there
+// (0600), naming the certificate's files: the component reads a renewal
+// without a restart.
 func (cp *ControlPlane) componentKubeconfig(name, user string, groups ...string) (string, error) {
-	return cp.writeComponentKubeconfig(clientconfig.WriteKubeconfig, name, user, groups...)
+	return cp.writeComponentKubeconfig(clientconfig.WriteFileKubeconfig, name, user, groups...)
 }
 
-// writeComponentKubeconfig issues the client certificate and writes the
-// kubeconfig with write.
+// writeComponentKubeconfig issues the client certificate, kept renewed
+// while up runs, and writes the kubeconfig with write.
 func (cp *ControlPlane) writeComponentKubeconfig(write func(path, server, user string, ca *pki.Authority, kp *pki.KeyPair, alternatives []string) error, name, user string, groups ...string) (string, error) {
-	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
+	kp, err := cp.issue(cp.dir.credentials(name), cp.pki.CA, pki.CertSpec{
 		Name: name, CommonName: user, Organization: groups, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {
 		return "", err
 	}
 	path := cp.dir.kubeconfig(name)
-	return path, write(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives())
+	if err := write(path, cp.APIServerURL(), user, cp.pki.CA, kp, cp.alternatives()); err != nil {
+		return "", err
+	}
+	return path, cp.migrateLegacyCredentials(name, kp)
 }
 
 // StartControllers starts the controller manager and the scheduler and

@@ -55,6 +55,14 @@ type ControlPlane struct {
 	// addr is where the components listen and are reached.
 	addr addresses
 	pki  *pki.Cluster
+	// pkiConfig is what the cluster's certificates were made for; issued
+	// the other certificates up keeps renewed while it runs.
+	pkiConfig pki.ClusterConfig
+	issued    issuedCerts
+	// adminRenewed tells followServers, which owns the admin kubeconfig
+	// (it lists the servers it reads), that the admin certificate was
+	// renewed.
+	adminRenewed chan struct{}
 	// state is what the data directory records about its cluster;
 	// etcdJoin is set while this server's etcd member joins it.
 	state    join.State
@@ -117,7 +125,7 @@ func Prepare(o Options) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	cp := &ControlPlane{opts: o, dir: layout(dataDir), lock: lock}
+	cp := &ControlPlane{opts: o, dir: layout(dataDir), lock: lock, adminRenewed: make(chan struct{}, 1)}
 	cp.launcher = processLauncher{cp: cp}
 	if err := cp.prepare(); err != nil {
 		cp.Close()
@@ -208,8 +216,12 @@ func (cp *ControlPlane) PKI() *pki.Cluster { return cp.pki }
 func (cp *ControlPlane) APIServerURL() string { return cp.addr.apiserverURL() }
 
 // store is the control plane's PKI directory, reporting what it issues.
-func (cp *ControlPlane) store() *pki.Store {
-	return &pki.Store{Dir: cp.dir.pkiDir(), Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
+func (cp *ControlPlane) store() *pki.Store { return cp.storeIn(cp.dir.pkiDir()) }
+
+// storeIn is the PKI store of dir: the cluster's (pki/), or a component's
+// credentials.
+func (cp *ControlPlane) storeIn(dir string) *pki.Store {
+	return &pki.Store{Dir: dir, Validity: cp.opts.CertValidity, Logf: func(f string, a ...any) { cp.progressf("pki: "+f, a...) }}
 }
 
 // adminClient returns a clientset with the admin credentials.
@@ -223,7 +235,17 @@ func (cp *ControlPlane) adminClient() (kubernetes.Interface, error) {
 
 // AdminConfig returns a client configuration with the admin credentials.
 func (cp *ControlPlane) AdminConfig() (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", cp.Kubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	// up's own clients run as long as it does: they name the admin
+	// certificate's files, which client-go reads again when renewed.
+	if cp.pki != nil && cp.pki.Admin != nil {
+		cfg.CertData, cfg.KeyData = nil, nil
+		cfg.CertFile, cfg.KeyFile = cp.pki.Admin.CertPath, cp.pki.Admin.KeyPath
+	}
+	return cfg, nil
 }
 
 // Close releases the data directory lock. It does not stop the children.

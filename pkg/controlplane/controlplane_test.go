@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
@@ -107,7 +109,7 @@ func TestPrepareArguments(t *testing.T) {
 	// signing keys, and the node's pod range as the cluster's.
 	cm := strings.Join(cp.ControllerManager.Args, " ")
 	for _, want := range []string{
-		"--kubeconfig=" + filepath.Join(cp.DataDir(), "controller-manager.kubeconfig"),
+		"--kubeconfig=" + filepath.Join(cp.DataDir(), "credentials", "controller-manager", "kubeconfig"),
 		"--leader-elect=true", "--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + cp.PKI().ServiceAccountKey,
 		"--cluster-signing-kube-apiserver-client-key-file=" + filepath.Join(cp.DataDir(), "pki", "ca.key"),
@@ -122,12 +124,26 @@ func TestPrepareArguments(t *testing.T) {
 		}
 	}
 	sched := strings.Join(cp.Scheduler.Args, " ")
-	if !strings.Contains(sched, "--kubeconfig="+filepath.Join(cp.DataDir(), "scheduler.kubeconfig")) || !strings.Contains(sched, "--leader-elect=true") {
+	if !strings.Contains(sched, "--kubeconfig="+filepath.Join(cp.DataDir(), "credentials", "scheduler", "kubeconfig")) || !strings.Contains(sched, "--leader-elect=true") {
 		t.Errorf("scheduler args: %s", sched)
 	}
-	for _, name := range []string{"controller-manager.kubeconfig", "scheduler.kubeconfig", "node-steadyplane.kubeconfig"} {
-		if st, err := os.Stat(filepath.Join(cp.DataDir(), name)); err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %v %v, want 0600", name, err, st)
+	// Each component's kubeconfig names its certificate's files, which
+	// the renewal replaces while it runs.
+	for _, name := range []string{"controller-manager", "scheduler", "node-steadyplane"} {
+		dir := filepath.Join(cp.DataDir(), "credentials", name)
+		for _, f := range []string{"kubeconfig", name + ".key"} {
+			if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("%s/%s: %v %v, want 0600", name, f, err, st)
+			}
+		}
+		kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "kubeconfig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range kc.AuthInfos {
+			if u.ClientCertificate != filepath.Join(dir, name+".crt") || u.ClientKey != filepath.Join(dir, name+".key") || len(u.ClientCertificateData) > 0 {
+				t.Errorf("%s's kubeconfig: certificate %q, key %q, %d bytes held; want the files in %s named", name, u.ClientCertificate, u.ClientKey, len(u.ClientCertificateData), dir)
+			}
 		}
 	}
 	if slices.ContainsFunc(cp.APIServer.Args, func(a string) bool { return strings.HasPrefix(a, "--disable-admission-plugins") }) {
@@ -278,10 +294,15 @@ func TestComponentManifests(t *testing.T) {
 		if c.Name == "kube-proxy" && !mounted["/run/xtables.lock"] {
 			t.Errorf("kube-proxy does not share the host's xtables lock: %v", ctr.VolumeMounts)
 		}
-		for _, want := range []string{filepath.Dir(bin), filepath.Join(cp.DataDir(), "pki")} {
-			if c.Name != "kube-scheduler" && c.Name != "kube-proxy" && !mounted[want] {
-				t.Errorf("%s does not mount %s: %v", c.Name, want, ctr.VolumeMounts)
-			}
+		// The PKI (the CAs' keys) only where it is read: the signers, etcd,
+		// the API server; every client its own credentials alone.
+		pkiDir := filepath.Join(cp.DataDir(), "pki")
+		needsPKI := map[string]bool{"kube-controller-manager": true, "etcd": true, "kube-apiserver": true}
+		if mounted[pkiDir] != needsPKI[c.Name] {
+			t.Errorf("%s mounts %s: %v, want %v: %v", c.Name, pkiDir, mounted[pkiDir], needsPKI[c.Name], ctr.VolumeMounts)
+		}
+		if c.Name != "kube-proxy" && !mounted[filepath.Dir(bin)] {
+			t.Errorf("%s does not mount %s: %v", c.Name, filepath.Dir(bin), ctr.VolumeMounts)
 		}
 	}
 }

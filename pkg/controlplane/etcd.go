@@ -138,7 +138,11 @@ func (cp *ControlPlane) waitEtcdMember(ctx context.Context) error {
 }
 
 func (cp *ControlPlane) etcdHTTPClient() (*http.Client, error) {
-	pair, err := tls.X509KeyPair(cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM)
+	certPEM, keyPEM, _, err := join.DataDirEtcdCredentials(string(cp.dir))
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +240,11 @@ func (cp *ControlPlane) othersStopped(ctx context.Context) error {
 	if len(others) == 0 {
 		return nil
 	}
-	cli, err := join.NewEtcdClient(others, cp.pki.APIServerEtcdClient.CertPEM, cp.pki.APIServerEtcdClient.KeyPEM, cp.pki.EtcdCA.CertPEM)
+	certPEM, keyPEM, caPEM, err := join.DataDirEtcdCredentials(string(cp.dir))
+	if err != nil {
+		return err
+	}
+	cli, err := join.NewEtcdClient(others, certPEM, keyPEM, caPEM)
 	if err != nil {
 		return err
 	}

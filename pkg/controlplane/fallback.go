@@ -27,13 +27,16 @@ func (cp *ControlPlane) fallbackOn() bool {
 	return cp.opts.Fallback.Enabled(cp.staticPods && cp.ControllerManager != nil && cp.opts.NodeMetricsPort != 0)
 }
 
+// startupMonitor is the startup monitor's name: its credentials'.
+const startupMonitor = "startup-monitor"
+
 // prepareFallback issues the operator's and the startup monitor's client
 // certificates, when the API server may run as revisions.
 func (cp *ControlPlane) prepareFallback() error {
 	if !cp.opts.Fallback.Enabled(cp.opts.Controllers && cp.opts.Node) {
 		return nil
 	}
-	for name, user := range map[string]string{"kubeapiserver-operator": operator.OperatorUser, "startup-monitor": operator.MonitorUser} {
+	for name, user := range map[string]string{"kubeapiserver-operator": operator.OperatorUser, startupMonitor: operator.MonitorUser} {
 		if _, err := cp.componentKubeconfig(name, user); err != nil {
 			return err
 		}
@@ -52,11 +55,10 @@ func (cp *ControlPlane) fallbackTemplates() (map[string]string, error) {
 	files := []staticpod.HostPath{{Path: l.ResourcesDir}, {Path: l.ManifestsDir}, {Path: filepath.Dir(l.LockPath)}}
 	monitor := staticpod.Spec{Name: strings.TrimSuffix(filepath.Base(l.MonitorManifest()), ".yaml"), Binary: cp.bin,
 		Args: []string{"startup-monitor", "--data-dir=" + string(cp.dir), "--operand=" + operator.Operand, "--node-name=" + cp.opts.NodeName,
-			"--kubeconfig=" + cp.dir.kubeconfig("startup-monitor"),
+			"--kubeconfig=" + cp.dir.kubeconfig(startupMonitor),
 			"--node-status-url=http://127.0.0.1:" + strconv.Itoa(cp.opts.NodeMetricsPort),
 			"--timeout=" + cp.opts.FallbackTimeout.String(), "--first-start-timeout=" + cp.opts.FallbackFirstStartTimeout.String()},
-		HostPaths: append([]staticpod.HostPath{cp.pkiPath(),
-			{Path: cp.dir.kubeconfig("startup-monitor"), ReadOnly: true}}, files...),
+		HostPaths: append([]staticpod.HostPath{cp.pkiPath(), cp.credentialsPath(startupMonitor)}, files...),
 	}.Pod()
 	// Done is done: it removes its own manifest; only a failure reruns it.
 	monitor.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
@@ -133,7 +135,7 @@ func (cp *ControlPlane) operatorPod(binary string) staticpod.Spec {
 		args = append(args, "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(cp.opts.OperatorMetricsPort))
 	}
 	return staticpod.Spec{Name: operatorPod, Binary: binary, Args: args,
-		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: kubeconfig, ReadOnly: true}}}
+		HostPaths: []staticpod.HostPath{cp.credentialsPath("kubeapiserver-operator")}}
 }
 
 // publishTemplates publishes this node's templates of the API server's

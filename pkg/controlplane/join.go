@@ -9,6 +9,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // joined says whether this data directory joined another server's cluster.
@@ -86,11 +87,17 @@ func (cp *ControlPlane) prepareJoinedNode(ctx context.Context) error {
 	return nil
 }
 
-// localMember is this server's etcd member.
+// localMember is this server's etcd member, with its etcd client
+// credentials as the files hold them now (renewed while up runs).
 func (cp *ControlPlane) localMember() join.LocalMember {
+	certPEM, keyPEM, caPEM, err := join.DataDirEtcdCredentials(string(cp.dir))
+	if err != nil {
+		// Read at start already; a member without them says so when it dials.
+		cp.progressf("etcd client credentials: %v", err)
+	}
 	return join.LocalMember{Name: cp.etcdName(), PeerURL: cp.addr.etcdPeerURL(), ClientURL: cp.addr.etcdClientURL(), DataDir: cp.dir.etcdData(),
 		Others:  join.EtcdEndpoints(cp.state.Servers, cp.state.EtcdClientPort, cp.addr.hostString()),
-		Servers: cp.state.Servers, CertPEM: cp.pki.APIServerEtcdClient.CertPEM, KeyPEM: cp.pki.APIServerEtcdClient.KeyPEM, CAPEM: cp.pki.EtcdCA.CertPEM,
+		Servers: cp.state.Servers, CertPEM: certPEM, KeyPEM: keyPEM, CAPEM: caPEM,
 		Logf: cp.progressf}
 }
 
@@ -144,6 +151,13 @@ func (cp *ControlPlane) republishIfRotated(ctx context.Context) error {
 
 // writeAdminKubeconfig writes the admin kubeconfig, listing every API
 // server known.
+// It holds the admin certificate and key, not their files' names: it is
+// copied to other machines. They are read from the files, which the
+// renewal replaces while up runs.
 func (cp *ControlPlane) writeAdminKubeconfig() error {
-	return clientconfig.WriteKubeconfig(cp.Kubeconfig(), cp.APIServerURL(), "admin", cp.pki.CA, cp.pki.Admin, cp.alternatives())
+	kp, err := pki.ReadKeyPair(cp.pki.Admin.CertPath, cp.pki.Admin.KeyPath)
+	if err != nil {
+		return err
+	}
+	return clientconfig.WriteKubeconfig(cp.Kubeconfig(), cp.APIServerURL(), "admin", cp.pki.CA, kp, cp.alternatives())
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback/operator"
 	"github.com/steadyplane/steadyplane/pkg/fallback/revisions"
 	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // layout is a server's data directory (its absolute path): where each of
@@ -29,8 +30,19 @@ func (d layout) manifest(name string) string { return d.path("manifests", name+"
 // log is the named child process's log.
 func (d layout) log(name string) string { return d.path("logs", name+".log") }
 
+// credentials is the named component's directory: its kubeconfig, and
+// the client certificate and key the kubeconfig names. Its pod mounts it,
+// and nothing else of the PKI unless it needs to: a directory, not files,
+// so that a renewed certificate (a new file in its place) is seen inside.
+func (d layout) credentials(name string) string { return d.path(pki.CredentialsDir, name) }
+
 // kubeconfig is the named component's kubeconfig.
-func (d layout) kubeconfig(name string) string { return d.path(name + ".kubeconfig") }
+func (d layout) kubeconfig(name string) string {
+	return filepath.Join(d.credentials(name), "kubeconfig")
+}
+
+// legacyKubeconfig is where a release before credentials/ kept it.
+func (d layout) legacyKubeconfig(name string) string { return d.path(name + ".kubeconfig") }
 
 // adminKubeconfig has the admin credentials (system:masters).
 func (d layout) adminKubeconfig() string { return d.path(join.AdminKubeconfig) }

@@ -35,7 +35,7 @@ func (cp *ControlPlane) prepareNode() error {
 	nodeIP := cp.addr.node()
 	// The node API's serving certificate, for the address the API server
 	// dials (the Node's InternalIP) and the node's name.
-	serving, err := cp.store().EnsureCert(cp.pki.KubeletCA, pki.CertSpec{
+	serving, err := cp.issue(cp.dir.pkiDir(), cp.pki.KubeletCA, pki.CertSpec{
 		Name: "node-" + cp.opts.NodeName + "-serving", CommonName: "system:node:" + cp.opts.NodeName,
 		Organization: []string{"system:nodes"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{cp.opts.NodeName}, IPs: []net.IP{netutils.ParseIPSloppy(nodeIP)},

@@ -17,6 +17,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/fallback"
 	"github.com/steadyplane/steadyplane/pkg/fallback/monitor"
 	"github.com/steadyplane/steadyplane/pkg/join"
+	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // Options configure a single-node control plane.
@@ -89,6 +90,9 @@ type Options struct {
 	// ClusterResetRestorePath, with ClusterReset, makes the cluster of one
 	// from this etcd snapshot instead of the member's data.
 	ClusterResetRestorePath string
+	// CertValidity is how long the leaf certificates up issues are valid;
+	// each is renewed while up runs, at two thirds of it.
+	CertValidity time.Duration
 	// EtcdSnapshotInterval is how often a scheduled etcd snapshot is taken
 	// (0: never); the newest EtcdSnapshotRetention are kept, in
 	// EtcdSnapshotDir (<data-dir>/snapshots when empty).
@@ -167,6 +171,7 @@ func NewOptions() *Options {
 		ServiceCIDR:                "10.96.0.0/16",
 		TokenTTL:                   join.DefaultTokenTTL,
 		EtcdSnapshotInterval:       12 * time.Hour,
+		CertValidity:               pki.LeafValidity,
 		EtcdSnapshotRetention:      5,
 		RetryAfterIfNotInitialized: true,
 		RetryAfter:                 5 * time.Second,
@@ -256,6 +261,9 @@ func (o *Options) validate() error {
 	}
 	if o.ClusterResetRestorePath != "" && !o.ClusterReset {
 		errs = append(errs, "--cluster-reset-restore-path needs --cluster-reset: a restore makes a cluster of one")
+	}
+	if o.CertValidity < pki.MinValidity {
+		errs = append(errs, fmt.Sprintf("--cert-validity=%v: at least %v (a renewal, at two thirds, must reach every component before the old certificate ends)", o.CertValidity, pki.MinValidity))
 	}
 	if o.EtcdSnapshotInterval < 0 || o.EtcdSnapshotRetention < 1 {
 		errs = append(errs, fmt.Sprintf("--etcd-snapshot-interval=%v --etcd-snapshot-retention=%d: an interval of 0 (no schedule) or more, and at least one snapshot kept", o.EtcdSnapshotInterval, o.EtcdSnapshotRetention))

@@ -39,14 +39,21 @@ func (cp *ControlPlane) preparePKI() error {
 	if err != nil {
 		return fmt.Errorf("--service-cidr=%s: %w", o.ServiceCIDR, err)
 	}
-	cp.pki, err = cp.store().EnsureCluster(pki.ClusterConfig{
+	cp.pkiConfig = pki.ClusterConfig{
 		APIServerIPs: []net.IP{netutils.ParseIPSloppy(o.BindAddress), cp.addr.advertise, serviceIP},
 		EtcdIPs:      []net.IP{cp.addr.host()},
-	})
+	}
+	cp.pki, err = cp.store().EnsureCluster(cp.pkiConfig)
 	if err != nil {
 		return err
 	}
 	return cp.writeAdminKubeconfig()
+}
+
+// credentialsPath is a component's credentials directory as its static
+// pod mounts it.
+func (cp *ControlPlane) credentialsPath(name string) staticpod.HostPath {
+	return staticpod.HostPath{Path: cp.dir.credentials(name), ReadOnly: true}
 }
 
 // pkiPath is the PKI directory as the static pods that read it mount it.

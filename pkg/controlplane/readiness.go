@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/x509"
 	"net"
+	"path/filepath"
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 	"github.com/steadyplane/steadyplane/pkg/pki"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates"
@@ -31,17 +33,31 @@ func (cp *ControlPlane) prepareReadiness() error {
 	if err != nil {
 		return err
 	}
-	kp, err := cp.store().EnsureCert(cp.pki.CA, pki.CertSpec{
+	// Its pod mounts its credentials alone: the webhook's serving
+	// certificate is there, with a copy of the CA certificate it gives
+	// the API servers as the webhook's caBundle (not the CA's key).
+	creds := cp.dir.credentials("readiness-controller")
+	caFile := filepath.Join(creds, pki.CAName+".crt")
+	if err := atomicfile.WriteFile(caFile, cp.pki.CA.CertPEM, 0o644); err != nil {
+		return err
+	}
+	kp, err := cp.issue(creds, cp.pki.CA, pki.CertSpec{
 		Name: "readiness-webhook", CommonName: "steadyplane-readiness-webhook",
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
 	})
 	if err != nil {
 		return err
 	}
+	if err := cp.migrateLegacyCredentials("readiness-webhook", kp); err != nil {
+		return err
+	}
+	if err := cp.migrateLegacyCredentials("readiness-webhook", kp); err != nil {
+		return err
+	}
 	addr := cp.addr.readinessWebhook()
 	cp.Readiness = &Process{Name: "readiness-controller", Binary: cp.opts.Binary, LogPath: cp.dir.log("readiness-controller"), Args: []string{
 		"readiness-controller", "--kubeconfig=" + kubeconfig, "--webhook-bind-address=" + addr, "--pod-cidr=" + cp.opts.ClusterCIDR,
-		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + cp.pki.CA.CertPath,
+		"--tls-cert-file=" + kp.CertPath, "--tls-private-key-file=" + kp.KeyPath, "--ca-file=" + caFile,
 		"--leader-elect", "--identity=" + cp.opts.NodeName,
 	}}
 	if cp.Proxy != nil {
@@ -54,7 +70,7 @@ func (cp *ControlPlane) prepareReadiness() error {
 // readinessPodSpec is the readiness controller's static pod.
 func (cp *ControlPlane) readinessPodSpec(binary string) staticpod.Spec {
 	return staticpod.Spec{Name: readinessPod, Binary: binary, Args: cp.Readiness.Args,
-		HostPaths: []staticpod.HostPath{cp.pkiPath(), {Path: cp.dir.kubeconfig("readiness-controller"), ReadOnly: true}}}
+		HostPaths: []staticpod.HostPath{cp.credentialsPath("readiness-controller")}}
 }
 
 // grantReadinessRBAC grants the controller its RBAC, with the admin

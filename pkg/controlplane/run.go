@@ -111,6 +111,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	go cp.followServers(ctx, 30*time.Second)
 	go cp.snapshotEtcd(ctx)
+	go cp.keepCertificatesRenewed(ctx)
 	cp.progressf("kubeconfig: %s", cp.Kubeconfig())
 	cp.progressf("  kubectl --kubeconfig %s get namespaces", cp.Kubeconfig())
 	cp.progressf("  steadyplane kubectl --kubeconfig %s get namespaces   # fails over between API servers", cp.Kubeconfig())

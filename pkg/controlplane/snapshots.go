@@ -27,13 +27,8 @@ func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
 		return
 	}
 	agent.RegisterMetrics(snapshot.Collectors()...)
-	events := record.NewBroadcaster(record.WithContext(ctx))
-	defer events.Shutdown()
-	if client, err := cp.adminClient(); err == nil {
-		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	}
-	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-etcd-snapshot", Host: cp.opts.NodeName})
-	node := &corev1.ObjectReference{Kind: "Node", Name: cp.opts.NodeName, UID: "", APIVersion: "v1"}
+	recorder, node, stop := cp.nodeEvents(ctx, "steadyplane-etcd-snapshot")
+	defer stop()
 	retry := time.Duration(0) // after a failure: a minute (or every, if shorter)
 	for {
 		wait := retry
@@ -50,6 +45,12 @@ func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+		// Read again after the wait: the etcd client certificate may
+		// have been renewed meanwhile (a short --cert-validity).
+		if s2, err2 := snapshot.ForDataDir(string(cp.dir), cp.opts.EtcdSnapshotDir); err2 == nil {
+			s2.Endpoint, s2.Node = cp.addr.etcdClientURL(), cp.opts.NodeName
+			s, err = s2, nil
 		}
 		var m snapshot.Meta
 		var pruned []string
@@ -72,6 +73,17 @@ func (cp *ControlPlane) snapshotEtcd(ctx context.Context) {
 		cp.progressf("%s", msg)
 		recorder.Event(node, corev1.EventTypeNormal, "EtcdSnapshotSaved", msg)
 	}
+}
+
+// nodeEvents records Events of component on this server's Node, until
+// stop is called.
+func (cp *ControlPlane) nodeEvents(ctx context.Context, component string) (recorder record.EventRecorder, node *corev1.ObjectReference, stop func()) {
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	if client, err := cp.adminClient(); err == nil {
+		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	}
+	recorder = events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: cp.opts.NodeName})
+	return recorder, &corev1.ObjectReference{Kind: "Node", Name: cp.opts.NodeName, APIVersion: "v1"}, events.Shutdown
 }
 
 // restoreEtcd replaces this server's etcd data with the snapshot at path

@@ -69,9 +69,6 @@ const (
 	workerServing    = "node-serving"
 )
 
-// renewBefore is how close to its end a certificate is asked for again.
-const renewBefore = pki.RenewBefore
-
 func (w *Worker) logf(format string, args ...any) {
 	if w.Logf != nil {
 		w.Logf(format, args...)
@@ -111,8 +108,10 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 		cfg := &rest.Config{Host: w.Server, BearerToken: w.Token.Bootstrap(), Timeout: discoveryTimeout,
 			TLSClientConfig: rest.TLSClientConfig{CAData: info.CA}, UserAgent: "steadyplane-node-bootstrap"}
 		renewing := usablePair(clientPair, info.CA)
+		var key []byte
 		if renewing != nil {
 			cfg.BearerToken, cfg.CertData, cfg.KeyData = "", renewing.CertPEM, renewing.KeyPEM
+			key = renewing.KeyPEM
 		}
 		boot, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -123,9 +122,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 			how = "with the one it has, which ends soon"
 		}
 		w.logf("asking for the node's client certificate (system:node:%s) %s", w.NodeName, how)
-		if err := requestPair(ctx, boot, clientPair, certificatesv1.KubeAPIServerClientKubeletSignerName,
-			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}}},
-			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}); err != nil {
+		if err := requestPair(ctx, boot, clientPair, key, w.clientRequest()); err != nil {
 			if renewing == nil && (apierrors.IsUnauthorized(errors.Unwrap(err)) || apierrors.IsUnauthorized(err)) {
 				return nil, ErrTokenRefused
 			}
@@ -136,7 +133,7 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := clientconfig.WriteKubeconfig(creds.Kubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
+	if err := clientconfig.WriteFileKubeconfig(creds.Kubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
 		return nil, err
 	}
 	if err := clientconfig.WriteProviderKubeconfig(creds.ProxyKubeconfig, w.Server, "system:node:"+w.NodeName, ca, kp, info.Servers); err != nil {
@@ -155,10 +152,11 @@ func Bootstrap(ctx context.Context, w Worker) (*WorkerCredentials, error) {
 	// Its issuer is the cluster's kubelet CA, which a worker does not know.
 	if !validPair(servingPair, nil, ip) {
 		w.logf("asking for the node API's serving certificate (%s, %s)", w.NodeName, ip)
-		if err := requestPair(ctx, client, servingPair, certificatesv1.KubeletServingSignerName,
-			&x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}},
-				DNSNames: []string{w.NodeName}, IPAddresses: []net.IP{ip}},
-			[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}); err != nil {
+		var key []byte
+		if kp, err := readPair(servingPair); err == nil {
+			key = kp.KeyPEM
+		}
+		if err := requestPair(ctx, client, servingPair, key, w.servingRequest(ip)); err != nil {
 			return nil, fmt.Errorf("the node API's serving certificate: %w", err)
 		}
 	}
@@ -256,22 +254,49 @@ func internalIPs(n *corev1.Node) []string {
 	return out
 }
 
-// requestPair makes a key, asks for a certificate of signer for it and
-// waits until it is issued, then writes <base>.key and <base>.crt (0600).
-func requestPair(ctx context.Context, client kubernetes.Interface, base, signer string, template *x509.CertificateRequest, usages []certificatesv1.KeyUsage) error {
-	keyPEM, err := keyutil.MakeEllipticPrivateKeyPEM()
-	if err != nil {
-		return err
-	}
+// certRequest is what a worker asks the servers to sign.
+type certRequest struct {
+	signer   string
+	template *x509.CertificateRequest
+	usages   []certificatesv1.KeyUsage
+}
+
+// clientRequest is the node's client certificate: system:node:<name>.
+func (w *Worker) clientRequest() certRequest {
+	return certRequest{signer: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		template: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}}},
+		usages:   []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}}
+}
+
+// servingRequest is the node API's serving certificate, for its name and ip.
+func (w *Worker) servingRequest(ip net.IP) certRequest {
+	return certRequest{signer: certificatesv1.KubeletServingSignerName,
+		template: &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + w.NodeName, Organization: []string{"system:nodes"}},
+			DNSNames: []string{w.NodeName}, IPAddresses: []net.IP{ip}},
+		usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}}
+}
+
+// requestPair asks for a certificate of r for keyPEM (a new key when nil
+// or unreadable), waits until it is issued, and writes <base>.crt (0600),
+// and <base>.key first when the key is new. A renewal keeps the key, so
+// that its one write is atomic: a reader never meets a certificate beside
+// a key that is not its own.
+func requestPair(ctx context.Context, client kubernetes.Interface, base string, keyPEM []byte, r certRequest) error {
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	newKey := keyPEM == nil || err != nil
+	if newKey {
+		if keyPEM, err = keyutil.MakeEllipticPrivateKeyPEM(); err != nil {
+			return err
+		}
+		if key, err = keyutil.ParsePrivateKeyPEM(keyPEM); err != nil {
+			return err
+		}
+	}
+	csrPEM, err := certutil.MakeCSRFromTemplate(key, r.template)
 	if err != nil {
 		return err
 	}
-	csrPEM, err := certutil.MakeCSRFromTemplate(key, template)
-	if err != nil {
-		return err
-	}
-	name, uid, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, "", signer, nil, usages, key)
+	name, uid, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, "", r.signer, nil, r.usages, key)
 	if err != nil {
 		return err
 	}
@@ -281,23 +306,15 @@ func requestPair(ctx context.Context, client kubernetes.Interface, base, signer 
 	if err != nil {
 		return fmt.Errorf("CertificateSigningRequest %s not issued: %w", name, err)
 	}
-	if err := atomicfile.WriteFile(base+".key", keyPEM, 0o600); err != nil {
-		return err
+	if newKey {
+		if err := atomicfile.WriteFile(base+".key", keyPEM, 0o600); err != nil {
+			return err
+		}
 	}
 	return atomicfile.WriteFile(base+".crt", certPEM, 0o600)
 }
 
-func readPair(base string) (*pki.KeyPair, error) {
-	certPEM, err := os.ReadFile(base + ".crt")
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(base + ".key")
-	if err != nil {
-		return nil, err
-	}
-	return &pki.KeyPair{CertPath: base + ".crt", KeyPath: base + ".key", CertPEM: certPEM, KeyPEM: keyPEM}, nil
-}
+func readPair(base string) (*pki.KeyPair, error) { return pki.ReadKeyPair(base+".crt", base+".key") }
 
 // usablePair is <base>.crt/.key when it holds a certificate from caPEM
 // that is still valid (perhaps close to its end), nil otherwise.
@@ -328,7 +345,7 @@ func validPair(base string, caPEM []byte, ip net.IP) bool {
 		return false
 	}
 	certs, err := certutil.ParseCertsPEM(kp.CertPEM)
-	if err != nil || time.Until(certs[0].NotAfter) < renewBefore {
+	if err != nil || !time.Now().Before(renewalDue(base)) {
 		return false
 	}
 	if caPEM == nil {

@@ -114,8 +114,11 @@ func Run(ctx context.Context, c Config) error {
 func (c *Config) run(ctx context.Context) error {
 	o := &c.Agent
 	var proxyKubeconfig string
+	var worker *join.Worker
 	if c.Server != "" {
-		creds, err := c.joinWorker(ctx)
+		var creds *join.WorkerCredentials
+		var err error
+		worker, creds, err = c.joinWorker(ctx)
 		if err != nil {
 			return err
 		}
@@ -160,7 +163,9 @@ func (c *Config) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Server != "" {
+	if worker != nil {
+		agent.RegisterMetrics(join.WorkerCollectors()...)
+		go worker.KeepRenewed(ctx, cfg)
 		go c.followRelease(ctx, cfg)
 	}
 	return a.Run(ctx)
@@ -228,11 +233,13 @@ func (c *Config) setUpImages() error {
 
 // joinWorker gets a worker node's credentials from the cluster of
 // c.Server with the join token (join.Bootstrap).
-func (c *Config) joinWorker(ctx context.Context) (*join.WorkerCredentials, error) {
+func (c *Config) joinWorker(ctx context.Context) (*join.Worker, *join.WorkerCredentials, error) {
 	tok, err := join.ReadToken(c.Token, c.TokenFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return join.Bootstrap(ctx, join.Worker{Server: c.Server, Token: tok, Dir: filepath.Join(c.Agent.RootDir, "bootstrap"),
-		NodeName: c.Agent.NodeName, NodeIP: c.Agent.NodeIP, Logf: c.printf})
+	w := &join.Worker{Server: c.Server, Token: tok, Dir: filepath.Join(c.Agent.RootDir, "bootstrap"),
+		NodeName: c.Agent.NodeName, NodeIP: c.Agent.NodeIP, Logf: c.printf}
+	creds, err := join.Bootstrap(ctx, *w)
+	return w, creds, err
 }

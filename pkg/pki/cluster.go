@@ -1,9 +1,11 @@
 package pki
 
 import (
+	"bytes"
 	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -148,11 +150,23 @@ func KubeconfigFor(server, userName string, ca *Authority, kp *KeyPair) *clientc
 	return cfg
 }
 
+// KubeconfigForFiles is KubeconfigFor naming kp's files instead of holding
+// them: client-go reads a named certificate again when it changes, so a
+// program running with it takes a renewal up without a restart.
+func KubeconfigForFiles(server, userName string, ca *Authority, kp *KeyPair) *clientcmdapi.Config {
+	cfg := KubeconfigFor(server, userName, ca, kp)
+	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificate: kp.CertPath, ClientKey: kp.KeyPath}
+	return cfg
+}
+
 // WriteKubeconfigFile writes cfg to path atomically and 0600: it holds a key.
 func WriteKubeconfigFile(path string, cfg *clientcmdapi.Config) error {
 	data, err := clientcmd.Write(*cfg)
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil // rewritten at each renewal pass: only a change is written
 	}
 	return atomicfile.WriteFile(path, data, keyPerm)
 }

@@ -39,22 +39,31 @@ func RenewedBy(r Renewer, ca bool) string {
 	case ca && r == ByWorker:
 		return "a copy of the cluster CA, read at each start"
 	case ca:
-		return fmt.Sprintf("nothing: a CA is valid %d years; a new one is a new cluster identity", int(CAValidity.Hours()/24/365))
+		return fmt.Sprintf("nothing: a CA is valid %d years; a new one is a new cluster identity (docs/certificates.md)", int(CAValidity.Hours()/24/365))
 	case r == ByWorker:
-		return fmt.Sprintf("node, at a start within %d days of the end (a certificate request the servers approve)", int(RenewBefore.Hours()/24))
+		return "node, while it runs, at 2/3 of its lifetime (a certificate request the servers approve)"
 	}
-	return fmt.Sprintf("up, at a start within %d days of the end", int(RenewBefore.Hours()/24))
+	return "up, while it runs, at 2/3 of its lifetime"
 }
 
-// Expiries reads every certificate (*.crt) in dir, kept by r, sorted by
+// CredentialsDir is the directory of a server's data directory that holds
+// one directory per component: its kubeconfig, client certificate and key,
+// and nothing else, so that its pod mounts only its own.
+const CredentialsDir = "credentials"
+
+// Expiries reads every certificate (*.crt) in dirs, kept by r, sorted by
 // expiry, soonest first.
-func Expiries(dir string, r Renewer) ([]Expiry, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.crt"))
-	if err != nil {
-		return nil, err
+func Expiries(r Renewer, dirs ...string) ([]Expiry, error) {
+	var files []string
+	for _, dir := range dirs {
+		found, err := filepath.Glob(filepath.Join(dir, "*.crt"))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, found...)
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("%s holds no certificate", dir)
+		return nil, fmt.Errorf("%s holds no certificate", strings.Join(dirs, ", "))
 	}
 	var out []Expiry
 	for _, f := range files {
@@ -86,10 +95,14 @@ func (e Expiry) Left(now time.Time) string {
 // worker's root directory (bootstrap/), whichever dir is.
 func ExpiriesOfDir(dir string) ([]Expiry, error) {
 	if _, err := os.Stat(filepath.Join(dir, "pki")); err == nil {
-		return Expiries(filepath.Join(dir, "pki"), ByServer)
+		components, err := filepath.Glob(filepath.Join(dir, CredentialsDir, "*"))
+		if err != nil {
+			return nil, err
+		}
+		return Expiries(ByServer, append([]string{filepath.Join(dir, "pki")}, components...)...)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "bootstrap")); err == nil {
-		return Expiries(filepath.Join(dir, "bootstrap"), ByWorker)
+		return Expiries(ByWorker, filepath.Join(dir, "bootstrap"))
 	}
 	return nil, fmt.Errorf("%s is neither a server's data directory (pki/) nor a worker's root directory (bootstrap/)", dir)
 }

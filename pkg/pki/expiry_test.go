@@ -43,7 +43,7 @@ func TestExpiries(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "torn.crt"), []byte("-----BEGIN CERTIFICATE-----\nAAAA"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Expiries(dir, ByServer); err == nil || !strings.Contains(err.Error(), "torn.crt") {
+	if _, err := Expiries(ByServer, dir); err == nil || !strings.Contains(err.Error(), "torn.crt") {
 		t.Errorf("a torn certificate: %v, want an error naming it", err)
 	}
 }
@@ -62,7 +62,7 @@ func TestExpiryLeftAndRenewer(t *testing.T) {
 		r    Renewer
 		ca   bool
 		want string
-	}{{ByServer, false, "up, at a start"}, {ByServer, true, "nothing"}, {ByWorker, false, "node, at a start"}, {ByWorker, true, "a copy of the cluster CA"}} {
+	}{{ByServer, false, "up, while it runs"}, {ByServer, true, "nothing"}, {ByWorker, false, "node, while it runs"}, {ByWorker, true, "a copy of the cluster CA"}} {
 		if got := RenewedBy(tc.r, tc.ca); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("RenewedBy(%s, CA %v) = %q, want %q…", tc.r, tc.ca, got, tc.want)
 		}

@@ -39,10 +39,15 @@ import (
 const (
 	// CAValidity is how long a CA created here is valid.
 	CAValidity = 10 * 365 * 24 * time.Hour
-	// LeafValidity is how long a certificate issued here is valid.
+	// LeafValidity is how long a certificate issued here is valid, unless
+	// Store.Validity says otherwise.
 	LeafValidity = 365 * 24 * time.Hour
-	// RenewBefore is how close to expiry a certificate is issued again on start.
-	RenewBefore = 30 * 24 * time.Hour
+	// MinValidity is the shortest Store.Validity: a renewal must have time
+	// to reach every holder before the old certificate ends.
+	MinValidity = time.Minute
+	// maxBackdate is how far before its issue a certificate starts, for
+	// clocks a little behind the issuer's.
+	maxBackdate = 5 * time.Minute
 
 	keyPerm  fs.FileMode = 0o600
 	certPerm fs.FileMode = 0o644
@@ -81,6 +86,9 @@ type Store struct {
 	Dir string
 	// Now returns the current time; nil means time.Now. Tests set it.
 	Now func() time.Time
+	// Validity is how long a leaf certificate issued here is valid; zero
+	// means LeafValidity.
+	Validity time.Duration
 	// Logf reports what was created, reused or renewed, and why; nil is silent.
 	Logf func(format string, args ...any)
 }
@@ -327,8 +335,13 @@ func (s *Store) unfit(ca *Authority, spec CertSpec, certPEM []byte, key crypto.S
 		return "certificate does not match its key"
 	case c.CheckSignatureFrom(ca.Cert) != nil:
 		return "not signed by " + ca.CertPath
-	case s.now().Add(RenewBefore).After(c.NotAfter):
-		return "expires on " + c.NotAfter.Format(time.DateOnly)
+	case !s.now().Before(RenewalTime(c)) && s.notAfter(ca).After(c.NotAfter):
+		// Due, and a new one would end later: not once the CA's end
+		// caps both, which would renew it over and over for nothing.
+		return fmt.Sprintf("two thirds of its lifetime passed (it ends %s)", c.NotAfter.UTC().Format(time.RFC3339))
+	case c.NotAfter.Sub(c.NotBefore) > s.validity()+maxBackdate:
+		// A shorter validity asked for applies at once, not in months.
+		return fmt.Sprintf("valid until %s, longer than the %s asked for", c.NotAfter.UTC().Format(time.RFC3339), s.validity())
 	case c.Subject.CommonName != spec.CommonName || !slices.Equal(c.Subject.Organization, spec.Organization):
 		return fmt.Sprintf("subject %q differs from the wanted CN=%s O=%v", c.Subject, spec.CommonName, spec.Organization)
 	case !slices.Equal(c.ExtKeyUsage, spec.Usages):
@@ -353,16 +366,13 @@ func (s *Store) sign(ca *Authority, spec CertSpec, pub crypto.PublicKey) (*x509.
 		return nil, err
 	}
 	now := s.now()
-	notAfter := now.Add(LeafValidity)
-	if notAfter.After(ca.Cert.NotAfter) {
-		notAfter = ca.Cert.NotAfter
-	}
+	notAfter := s.notAfter(ca)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: spec.CommonName, Organization: spec.Organization},
 		DNSNames:     spec.DNSNames,
 		IPAddresses:  spec.IPs,
-		NotBefore:    now.Add(-5 * time.Minute).UTC(), // tolerate small clock skew
+		NotBefore:    now.Add(-Backdate(s.validity())).UTC(),
 		NotAfter:     notAfter.UTC(),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  spec.Usages,
@@ -372,6 +382,72 @@ func (s *Store) sign(ca *Authority, spec CertSpec, pub crypto.PublicKey) (*x509.
 		return nil, fmt.Errorf("signing %s: %w", spec.Name, err)
 	}
 	return x509.ParseCertificate(der)
+}
+
+// notAfter is when a certificate ca issued now ends: its validity later,
+// or the CA's end if that comes first.
+func (s *Store) notAfter(ca *Authority) time.Time {
+	end := s.now().Add(s.validity())
+	if end.After(ca.Cert.NotAfter) {
+		return ca.Cert.NotAfter
+	}
+	return end
+}
+
+func (s *Store) validity() time.Duration {
+	if s.Validity > 0 {
+		return s.Validity
+	}
+	return LeafValidity
+}
+
+// Backdate is how long before its issue a certificate valid for validity
+// starts, so that a clock a little behind the issuer's accepts it: five
+// minutes, or a tenth of a short validity (the renewal time counts from
+// the start).
+func Backdate(validity time.Duration) time.Duration {
+	return min(maxBackdate, validity/10)
+}
+
+// RenewalTime is when c is issued again: when two thirds of its lifetime
+// have passed, as the kubelet's certificate manager does (it picks a time
+// between 70 and 90 %), leaving a third for the renewal to reach every
+// holder and for a failed renewal to be retried.
+func RenewalTime(c *x509.Certificate) time.Time { return RenewalTimeOf(c, time.Time{}) }
+
+// MinRenewalGap is the least time between a certificate's writing and its
+// renewal, whatever its lifetime says: a signer that hands out
+// certificates already due never makes a holder ask again and again.
+const MinRenewalGap = 10 * time.Second
+
+// RenewalTimeOf is RenewalTime of a certificate written to its file at
+// written (zero when not known). Its lifetime counts from the later of
+// its start and its writing: a signer may start it well before it was
+// issued (the controller manager's, five minutes, even for a certificate
+// of a minute), which would make it due at once.
+func RenewalTimeOf(c *x509.Certificate, written time.Time) time.Time {
+	start := c.NotBefore
+	if written.After(start) {
+		start = written
+	}
+	at := start.Add(c.NotAfter.Sub(start) * 2 / 3)
+	if !written.IsZero() && at.Before(written.Add(MinRenewalGap)) {
+		at = written.Add(MinRenewalGap)
+	}
+	return at
+}
+
+// ReadKeyPair reads a certificate and its key from their files.
+func ReadKeyPair(certPath, keyPath string) (*KeyPair, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{CertPath: certPath, KeyPath: keyPath, CertPEM: certPEM, KeyPEM: keyPEM}, nil
 }
 
 // EnsureSigningKey loads the key pair <name>.key/<name>.pub used to sign and

@@ -141,24 +141,123 @@ func TestNewAddressReissuesServingCertKeepingKeyAndCA(t *testing.T) {
 	}
 }
 
-func TestExpiringCertIsRenewed(t *testing.T) {
+func TestCertsAreRenewedAtTwoThirdsOfTheirLifetime(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		validity time.Duration
+		after    time.Duration // since the first issue
+		renewed  bool
+	}{
+		{"a year, after a day", 0, 24 * time.Hour, false},
+		{"a year, before two thirds", 0, 240 * 24 * time.Hour, false},
+		{"a year, after two thirds", 0, 245 * 24 * time.Hour, true},
+		{"90 s, after 50 s", 90 * time.Second, 50 * time.Second, false},
+		{"90 s, after 60 s", 90 * time.Second, 60 * time.Second, true},
+		{"90 s, after it ended", 90 * time.Second, 100 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			now := time.Now()
+			s.Now = func() time.Time { return now }
+			s.Validity = tc.validity
+			first, err := s.EnsureCluster(ClusterConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(tc.after)
+			second, err := s.EnsureCluster(ClusterConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if renewed := string(first.Admin.CertPEM) != string(second.Admin.CertPEM); renewed != tc.renewed {
+				t.Errorf("renewed: %v, want %v", renewed, tc.renewed)
+			}
+			if string(first.Admin.KeyPEM) != string(second.Admin.KeyPEM) {
+				t.Error("the key changed: a renewal keeps it, so that a reader never meets a certificate without its key")
+			}
+			if string(first.CA.CertPEM) != string(second.CA.CertPEM) {
+				t.Error("the CA changed")
+			}
+		})
+	}
+}
+
+// TestNoRenewalPastTheCA: in the CA's last months a certificate is
+// renewed up to the CA's end, and then no more: a new one would end at
+// the same time.
+func TestNoRenewalPastTheCA(t *testing.T) {
 	s := newStore(t)
 	now := time.Now()
 	s.Now = func() time.Time { return now }
+	c, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caEnd := c.CA.Cert.NotAfter
+	now = caEnd.Add(-100 * 24 * time.Hour)
+	capped, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseCert(t, capped.Admin.CertPEM).NotAfter; !got.Equal(caEnd) {
+		t.Fatalf("renewed 100 days before the CA's end: ends %v, want the CA's end %v", got, caEnd)
+	}
+	now = caEnd.Add(-time.Hour)
+	again, err := s.EnsureCluster(ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again.Admin.CertPEM) != string(capped.Admin.CertPEM) {
+		t.Error("a certificate ending with its CA was issued again: it could end no later")
+	}
+}
+
+func TestAShorterValidityAppliesAtOnce(t *testing.T) {
+	s := newStore(t)
 	first, err := s.EnsureCluster(ClusterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(LeafValidity - RenewBefore + time.Hour)
+	s.Validity = time.Hour
 	second, err := s.EnsureCluster(ClusterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(first.Admin.CertPEM) == string(second.Admin.CertPEM) {
-		t.Error("certificate close to expiry was not renewed")
+	if string(first.APIServer.CertPEM) == string(second.APIServer.CertPEM) {
+		t.Error("a certificate valid for a year is kept when an hour is asked for")
 	}
-	if string(first.CA.CertPEM) != string(second.CA.CertPEM) {
-		t.Error("the CA changed")
+	c := parseCert(t, second.APIServer.CertPEM)
+	if got := c.NotAfter.Sub(c.NotBefore); got != time.Hour+Backdate(time.Hour) {
+		t.Errorf("lifetime %v, want an hour and %v", got, Backdate(time.Hour))
+	}
+}
+
+func TestRenewalTime(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		lifetime, want time.Duration
+	}{
+		{3 * time.Hour, 2 * time.Hour},
+		{90 * time.Second, 60 * time.Second},
+		{365 * 24 * time.Hour, 2 * 365 * 24 * time.Hour / 3},
+	} {
+		c := &x509.Certificate{NotBefore: start, NotAfter: start.Add(tc.lifetime)}
+		if got := RenewalTime(c).Sub(start); got != tc.want {
+			t.Errorf("lifetime %v: renewed after %v, want %v", tc.lifetime, got, tc.want)
+		}
+	}
+	// The controller manager's signer starts a 75 s certificate five
+	// minutes before it issues it: its lifetime counts from its writing.
+	issued := start.Add(5 * time.Minute)
+	signed := &x509.Certificate{NotBefore: start, NotAfter: issued.Add(75 * time.Second)}
+	if got := RenewalTimeOf(signed, issued).Sub(issued); got != 50*time.Second {
+		t.Errorf("a backdated 75 s certificate is renewed %v after its writing, want 50s", got)
+	}
+	if got := RenewalTimeOf(signed, signed.NotAfter.Add(-time.Second)).Sub(signed.NotAfter); got != 9*time.Second {
+		t.Errorf("a certificate written a second before its end is renewed %v after it, want %v (MinRenewalGap)", got, MinRenewalGap-time.Second)
+	}
+	if Backdate(LeafValidity) != 5*time.Minute || Backdate(90*time.Second) != 9*time.Second {
+		t.Errorf("backdates %v and %v, want 5m and 9s", Backdate(LeafValidity), Backdate(90*time.Second))
 	}
 }
 
@@ -289,4 +388,13 @@ func TestWriteKubeconfig(t *testing.T) {
 	if cfg.Host != "https://127.0.0.1:6443" || len(cfg.CAData) == 0 || len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 || cfg.Insecure {
 		t.Errorf("unexpected rest config %+v", cfg)
 	}
+}
+
+func parseCert(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs[0]
 }

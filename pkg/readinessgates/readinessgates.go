@@ -6,7 +6,6 @@ package readinessgates
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/leader"
 	"github.com/steadyplane/steadyplane/pkg/metricsserver"
+	"github.com/steadyplane/steadyplane/pkg/pki"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/conditionctl"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/lbgate"
 	"github.com/steadyplane/steadyplane/pkg/readinessgates/webhook"
@@ -72,7 +72,8 @@ const LeaseName = "steadyplane-readiness-controller"
 // Run serves the webhook, registers it, and runs the load-balancer gate
 // controller until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
-	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+	// Renewed by up while the controller runs: read again when it changes.
+	pair, err := pki.LoadServingPair(o.CertFile, o.KeyFile)
 	if err != nil {
 		return fmt.Errorf("webhook serving certificate: %w", err)
 	}
@@ -117,7 +118,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}}
 
 	errs := make(chan error, 3)
-	go func() { errs <- webhook.Serve(ctx, o.WebhookAddress, cert, handler) }()
+	go func() { errs <- webhook.Serve(ctx, o.WebhookAddress, pair.GetCertificate, handler) }()
 	if err := waitServing(ctx, o.WebhookAddress, caBundle); err != nil {
 		return err
 	}

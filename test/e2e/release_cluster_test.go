@@ -7,15 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -120,7 +117,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	client := testup.HAClient(t, kubeconfig)
 	names := []string{"s2", "s3", "steadyplane", "w4"}
 	testup.WaitFor(t, ctx, 4*time.Minute, "four Ready nodes", func() (bool, string) {
-		ready := readyNodes(ctx, client)
+		ready := testup.ReadyNodes(ctx, client)
 		return slices.Equal(ready, names), fmt.Sprintf("Ready: %v", ready)
 	})
 	t.Logf("three servers and a worker up in %.1fs", time.Since(begun).Seconds())
@@ -139,7 +136,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	})
 	before, _ := podStates(ctx, client, names)
 
-	load := startReleaseWorkload(ctx, t, kubeconfig)
+	load := testup.StartWorkload(ctx, t, kubeconfig, "release-workload")
 	upgrade := func(args ...string) (string, error) {
 		name, cmdArgs := nw.NSEnter(0, s1.HostName, v1, append([]string{"upgrade", "--data-dir", s1.DataDir(), "--wait", "20m"}, args...)...)
 		out, err := exec.CommandContext(ctx, name, cmdArgs...).CombinedOutput()
@@ -249,10 +246,10 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	}
 	unchanged("after the rollback to v0.9.1")
 
-	r := load.stop()
+	r := load.Stop()
 	t.Logf("client workload through the three rollouts: %s", r)
-	if r.failedReads > 0 || r.lostEvents > 0 {
-		t.Errorf("the client workload saw %d failed reads and %d lost watch events; want none", r.failedReads, r.lostEvents)
+	if r.FailedReads > 0 || r.LostEvents > 0 {
+		t.Errorf("the client workload saw %d failed reads and %d lost watch events; want none", r.FailedReads, r.LostEvents)
 	}
 }
 
@@ -266,24 +263,6 @@ func logMoves(t *testing.T, k *v1alpha1.KubeAPIServer) {
 		}
 	}
 	t.Logf("release %s, each node's move (asked to healthy on it): %s", k.Status.Release.Version, strings.Join(moves, ", "))
-}
-
-// readyNodes are the names of the Ready Nodes, sorted.
-func readyNodes(ctx context.Context, client kubernetes.Interface) []string {
-	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil
-	}
-	var ready []string
-	for _, n := range list.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready = append(ready, n.Name)
-			}
-		}
-	}
-	slices.Sort(ready)
-	return ready
 }
 
 // podStates is each keep-<node> pod's container ID, restart count and
@@ -338,167 +317,4 @@ func kubeAPIServer(ctx context.Context, t *testing.T, kubeconfig string) *v1alph
 		t.Fatal("the KubeAPIServer has no status.release")
 	}
 	return k
-}
-
-// releaseWorkload is a client-go program's traffic through the HA client
-// during the rollouts: reads of a ConfigMap, writes to it, and a watch on
-// it resumed from the last resourceVersion it saw.
-type releaseWorkload struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu                          sync.Mutex
-	reads, failedReads          int
-	writes, failedWrites        int
-	written                     map[string]bool // resourceVersions written
-	watched                     map[string]bool // resourceVersions the watch delivered
-	longestGap                  time.Duration
-	lastRead                    time.Time
-	lostEvents, duplicateEvents int
-}
-
-type workloadResult struct {
-	reads, failedReads, writes, failedWrites, lostEvents, duplicateEvents int
-	longestGap                                                            time.Duration
-}
-
-func (r workloadResult) String() string {
-	return fmt.Sprintf("reads %d (failed %d), writes %d (failed %d), lost watch events %d, duplicated %d, longest gap between reads %v",
-		r.reads, r.failedReads, r.writes, r.failedWrites, r.lostEvents, r.duplicateEvents, r.longestGap.Round(time.Millisecond))
-}
-
-func startReleaseWorkload(ctx context.Context, t *testing.T, kubeconfig string) *releaseWorkload {
-	t.Helper()
-	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Timeout = 10 * time.Second
-	client := kubernetes.NewForConfigOrDie(cfg)
-	cms := client.CoreV1().ConfigMaps("default")
-	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "release-workload"}, Data: map[string]string{"n": "0"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	l := &releaseWorkload{cancel: cancel, written: map[string]bool{}, watched: map[string]bool{}, lastRead: time.Now()}
-	l.wg.Add(3)
-	go func() { // reads
-		defer l.wg.Done()
-		for ctx.Err() == nil {
-			_, err := cms.Get(ctx, "release-workload", metav1.GetOptions{})
-			l.mu.Lock()
-			if ctx.Err() == nil {
-				l.reads++
-				if err != nil {
-					l.failedReads++
-				} else {
-					l.longestGap = max(l.longestGap, time.Since(l.lastRead))
-					l.lastRead = time.Now()
-				}
-			}
-			l.mu.Unlock()
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	go func() { // writes
-		defer l.wg.Done()
-		for n := 1; ctx.Err() == nil; n++ {
-			var rv string
-			err := retryConflict(func() error {
-				cur, err := cms.Get(ctx, "release-workload", metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				cur.Data = map[string]string{"n": fmt.Sprint(n)}
-				updated, err := cms.Update(ctx, cur, metav1.UpdateOptions{})
-				if err == nil {
-					rv = updated.ResourceVersion
-				}
-				return err
-			})
-			l.mu.Lock()
-			if ctx.Err() == nil {
-				l.writes++
-				if err != nil {
-					l.failedWrites++
-				} else {
-					l.written[rv] = true
-				}
-			}
-			l.mu.Unlock()
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
-	go func() { // the watch, resumed from the last version seen
-		defer l.wg.Done()
-		rv := cm.ResourceVersion
-		for ctx.Err() == nil {
-			w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=release-workload", ResourceVersion: rv, AllowWatchBookmarks: true})
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					if st := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(st) || apierrors.IsGone(st) {
-						t.Errorf("the watch expired at %s: events between are lost", rv)
-					}
-					break
-				}
-				obj, ok := ev.Object.(*corev1.ConfigMap)
-				if !ok {
-					continue
-				}
-				rv = obj.ResourceVersion
-				if ev.Type == watch.Modified {
-					l.mu.Lock()
-					if l.watched[rv] {
-						l.duplicateEvents++
-					}
-					l.watched[rv] = true
-					l.mu.Unlock()
-				}
-			}
-			w.Stop()
-		}
-	}()
-	return l
-}
-
-// retryConflict retries f on a conflict: another writer is no failure.
-func retryConflict(f func() error) error {
-	for i := 0; ; i++ {
-		err := f()
-		if !apierrors.IsConflict(err) || i == 5 {
-			return err
-		}
-	}
-}
-
-// stop ends the workload once the watch has caught up with the writes,
-// and counts what it lost.
-func (l *releaseWorkload) stop() workloadResult {
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		l.mu.Lock()
-		caught := true
-		for rv := range l.written {
-			caught = caught && l.watched[rv]
-		}
-		l.mu.Unlock()
-		if caught {
-			break
-		}
-	}
-	l.cancel()
-	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for rv := range l.written {
-		if !l.watched[rv] {
-			l.lostEvents++
-		}
-	}
-	return workloadResult{reads: l.reads, failedReads: l.failedReads, writes: l.writes, failedWrites: l.failedWrites,
-		lostEvents: l.lostEvents, duplicateEvents: l.duplicateEvents, longestGap: l.longestGap}
 }

@@ -121,9 +121,9 @@ func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlan
 		t.Fatal(err)
 	}
 	node := rest.CopyConfig(admin)
-	node.CertFile, node.KeyFile, node.CertData, node.KeyData = filepath.Join(dir, "pki", "node-"+o.NodeName+".crt"), filepath.Join(dir, "pki", "node-"+o.NodeName+".key"), nil, nil
-	anonymous := rest.CopyConfig(admin)
-	anonymous.CertData, anonymous.KeyData = nil, nil
+	creds := filepath.Join(dir, "credentials", "node-"+o.NodeName, "node-"+o.NodeName)
+	node.CertFile, node.KeyFile, node.CertData, node.KeyData = creds+".crt", creds+".key", nil, nil
+	anonymous := rest.AnonymousClientConfig(admin)
 	// At the Node's address (the harness's own, on its pod bridge).
 	url := "https://" + net.JoinHostPort(nodeIP(ctx, t, cs, o.NodeName), strconv.Itoa(o.NodeAPIPort)) + "/containerLogs/default/api-py/web?tailLines=1"
 	for _, c := range []struct {

@@ -8,6 +8,8 @@ package kubeproxy
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/steadyplane/steadyplane/pkg/pki"
 )
 
 // Name is kube-proxy's component and static pod name.
@@ -25,10 +27,15 @@ const (
 	DefaultMetricsPort = 10249
 )
 
-// KubeconfigFile is the name of a server's kube-proxy kubeconfig in its
-// data directory, and of a worker's in its bootstrap directory: its
-// presence tells that the directory ran a kube-proxy.
+// KubeconfigFile is the name of a worker's kube-proxy kubeconfig in its
+// bootstrap directory, and was a server's in its data directory before
+// servers kept it in ServerKubeconfig: its presence tells that the
+// directory ran a kube-proxy.
 const KubeconfigFile = Name + ".kubeconfig"
+
+// ServerKubeconfig is where a server keeps kube-proxy's kubeconfig, under
+// its data directory (its credentials directory).
+var ServerKubeconfig = filepath.Join(pki.CredentialsDir, Name, "kubeconfig")
 
 // ManifestFile is the name of kube-proxy's static pod manifest.
 const ManifestFile = Name + ".yaml"
@@ -37,6 +44,10 @@ const ManifestFile = Name + ".yaml"
 // kubeconfig is there): the rules it left are then ours to remove
 // (package rules).
 func Ran(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, KubeconfigFile))
-	return err == nil
+	for _, f := range []string{ServerKubeconfig, KubeconfigFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return true
+		}
+	}
+	return false
 }

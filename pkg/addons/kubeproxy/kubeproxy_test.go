@@ -67,7 +67,8 @@ func TestProxyArgs(t *testing.T) {
 }
 
 // TestProxyPod checks kube-proxy's static pod, on a server and a worker:
-// privileged, on the host's network, its kubeconfig read-only.
+// privileged, on the host's network, its kubeconfig's directory read-only
+// (the client certificate beside it is replaced when renewed).
 func TestProxyPod(t *testing.T) {
 	pod := Pod("/d/bin/steadyplane-0123", []string{"proxy", "--kubeconfig=/w/kube-proxy.kubeconfig"}, "/w/kube-proxy.kubeconfig").Pod()
 	c := pod.Spec.Containers[0]
@@ -76,11 +77,11 @@ func TestProxyPod(t *testing.T) {
 	}
 	var kubeconfigRO, lock bool
 	for _, m := range c.VolumeMounts {
-		kubeconfigRO = kubeconfigRO || m.MountPath == "/w/kube-proxy.kubeconfig" && m.ReadOnly
+		kubeconfigRO = kubeconfigRO || m.MountPath == "/w" && m.ReadOnly
 		lock = lock || m.MountPath == "/run/xtables.lock" && !m.ReadOnly
 	}
 	if !kubeconfigRO || !lock {
-		t.Errorf("kube-proxy's mounts: %+v; want its kubeconfig read-only and the xtables lock", c.VolumeMounts)
+		t.Errorf("kube-proxy's mounts: %+v; want its kubeconfig's directory read-only and the xtables lock", c.VolumeMounts)
 	}
 }
 
@@ -114,5 +115,27 @@ func TestWriteWorker(t *testing.T) {
 	}
 	if _, _, err := WriteWorker(w, have); err != nil {
 		t.Errorf("switching off again (nothing to remove): %v", err)
+	}
+}
+
+// TestRan: a server keeps kube-proxy's kubeconfig in its credentials
+// directory, a worker (and a server of an earlier release) beside the
+// rest; either says kube-proxy ran there.
+func TestRan(t *testing.T) {
+	for _, rel := range []string{ServerKubeconfig, KubeconfigFile} {
+		dir := t.TempDir()
+		if Ran(dir) {
+			t.Fatalf("%s: ran before anything was written", dir)
+		}
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if !Ran(dir) {
+			t.Errorf("with %s: did not run", rel)
+		}
 	}
 }

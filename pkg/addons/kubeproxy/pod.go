@@ -15,8 +15,10 @@ import (
 // filter), its kubeconfig read-only, and the host's xtables lock, which
 // iptables mode takes as every iptables user on the machine does.
 func Pod(binary string, args []string, kubeconfig string) staticpod.Spec {
+	// The kubeconfig's directory, not the file: it names the client
+	// certificate beside it, which is renewed (replaced) while it runs.
 	return staticpod.Spec{Name: Name, Binary: binary, Args: args, Privileged: true,
-		HostPaths: []staticpod.HostPath{{Path: kubeconfig, ReadOnly: true}, {Path: "/run/xtables.lock", File: true}}}
+		HostPaths: []staticpod.HostPath{{Path: filepath.Dir(kubeconfig), ReadOnly: true}, {Path: "/run/xtables.lock", File: true}}}
 }
 
 // Preflight chooses kube-proxy's mode on this machine (ChooseModeHere) and

@@ -1,6 +1,7 @@
 package altsvcclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,6 +10,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"reflect"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,20 +25,122 @@ import (
 // server name is ServerName for the alternatives. Both have a short dial
 // timeout and, over HTTP/2, a fast health check, so a vanished host is
 // noticed in seconds instead of client-go's 45.
+//
+// When client-go reads the client certificate from files and rotates it
+// (a kubeconfig naming them), it closes every connection its dialer made
+// once the files change, failing the requests in flight on them. The
+// copies then dial on their own, and a new certificate gets new copies:
+// new requests open connections that present it, while requests in flight
+// finish on the old ones, which are closed once idle.
 type transports struct {
+	base     *http.Transport
+	opts     Options
+	rotating bool
+
+	cur       atomic.Pointer[copies]
+	lastCheck atomic.Int64 // unix nanoseconds of the last look at the certificate
+	mu        sync.Mutex   // held while new copies are made
+}
+
+// copies are the two transports, made for one client certificate (its
+// DER; nil without one).
+type copies struct {
 	original, alternative *http.Transport
+	cert                  []byte
 }
 
 func newTransports(base *http.Transport, o Options) (*transports, error) {
-	orig, err := copyTransport(base, "", o)
+	ts := &transports{base: base, opts: o, rotating: clientGoRotates(base)}
+	c, err := ts.makeCopies(clientCert(base))
 	if err != nil {
 		return nil, err
 	}
-	alt, err := copyTransport(base, ServerName, o)
+	ts.cur.Store(c)
+	return ts, nil
+}
+
+func (ts *transports) makeCopies(cert []byte) (*copies, error) {
+	orig, err := copyTransport(ts.base, "", ts.opts, ts.rotating)
 	if err != nil {
 		return nil, err
 	}
-	return &transports{original: orig, alternative: alt}, nil
+	alt, err := copyTransport(ts.base, ServerName, ts.opts, ts.rotating)
+	if err != nil {
+		return nil, err
+	}
+	return &copies{original: orig, alternative: alt, cert: cert}, nil
+}
+
+// certCheckInterval is how often the client certificate is compared with
+// the copies': client-go itself reads the files every 10 s in
+// steadyplane's binary.
+const certCheckInterval = time.Second
+
+// retireFor is how long the idle connections of copies made for an old
+// certificate are closed as they become idle; after it, the transports'
+// own idle timeout closes what a long request kept busy.
+const retireFor = 2 * time.Minute
+
+// current are the copies to send a new request through.
+func (ts *transports) current() *copies {
+	c := ts.cur.Load()
+	if !ts.rotating {
+		return c
+	}
+	now := ts.opts.Clock.Now().UnixNano()
+	last := ts.lastCheck.Load()
+	if now-last < int64(certCheckInterval) || !ts.lastCheck.CompareAndSwap(last, now) {
+		return c
+	}
+	cert := clientCert(ts.base)
+	if cert == nil || bytes.Equal(cert, c.cert) {
+		return c
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if now := ts.cur.Load(); now != c {
+		return now
+	}
+	fresh, err := ts.makeCopies(cert)
+	if err != nil {
+		return c
+	}
+	ts.cur.Store(fresh)
+	go retire(c)
+	return fresh
+}
+
+// retire closes the connections of old copies as they become idle.
+func retire(c *copies) {
+	for range int(retireFor / time.Second) {
+		c.original.CloseIdleConnections()
+		c.alternative.CloseIdleConnections()
+		time.Sleep(time.Second)
+	}
+}
+
+// clientCert is the client certificate base presents now (its leaf's
+// DER), nil when it has none or it cannot be read.
+func clientCert(base *http.Transport) []byte {
+	if base.TLSClientConfig == nil || base.TLSClientConfig.GetClientCertificate == nil {
+		return nil
+	}
+	c, err := base.TLSClientConfig.GetClientCertificate(&tls.CertificateRequestInfo{})
+	if err != nil || c == nil || len(c.Certificate) == 0 {
+		return nil
+	}
+	return c.Certificate[0]
+}
+
+// clientGoRotates says whether base is a transport client-go made for a
+// client certificate it reads from files: its dialer is then
+// connrotation's, which closes every connection when the files change.
+func clientGoRotates(base *http.Transport) bool {
+	if base.DialContext == nil || base.TLSClientConfig == nil || base.TLSClientConfig.GetClientCertificate == nil {
+		return false
+	}
+	fn := runtime.FuncForPC(reflect.ValueOf(base.DialContext).Pointer())
+	return fn != nil && strings.HasPrefix(fn.Name(), "k8s.io/client-go/util/connrotation.")
 }
 
 // HTTP2Allowed tells, as client-go does, whether a transport may speak
@@ -50,7 +156,7 @@ func HTTP2Allowed(disableEnv string, nextProtos []string) bool {
 // minHandshakeTimeout is the least time the TLS handshake is given.
 const minHandshakeTimeout = 5 * time.Second
 
-func copyTransport(base *http.Transport, serverName string, o Options) (*http.Transport, error) {
+func copyTransport(base *http.Transport, serverName string, o Options, ownDialer bool) (*http.Transport, error) {
 	t := base.Clone()
 	if t.TLSClientConfig == nil {
 		return nil, errors.New("the client has no TLS configuration; alternative services need HTTPS")
@@ -59,7 +165,8 @@ func copyTransport(base *http.Transport, serverName string, o Options) (*http.Tr
 		t.TLSClientConfig.ServerName = serverName
 	}
 	dial := t.DialContext
-	if dial == nil {
+	if dial == nil || ownDialer {
+		// The dialer client-go puts under its rotating one.
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
 	timeout := o.DialTimeout
@@ -134,13 +241,14 @@ func (ts *transports) attempt(req *http.Request, host, original string) (*http.R
 		pt.trace.GotConn = func(httptrace.GotConnInfo) { pt.phase.Store(int32(Connected)) }
 	}
 	out := req.WithContext(httptrace.WithClientTrace(req.Context(), &pt.trace))
-	t := ts.original
+	c := ts.current()
+	t := c.original
 	if host != original {
 		u := *req.URL
 		u.Host = host
 		out.URL = &u
 		out.Host = ServerName
-		t = ts.alternative
+		t = c.alternative
 	}
 	resp, err := t.RoundTrip(out)
 	return resp, Phase(pt.phase.Load()), err

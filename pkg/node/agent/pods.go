@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	kubelettypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/steadyplane/steadyplane/pkg/node/allocation"
 	"github.com/steadyplane/steadyplane/pkg/node/podworker"
@@ -30,6 +31,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 		a.mirrorChanged(pod)
 		return
 	}
+	pod = fromAPI(pod)
 	key := podKey(pod)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -55,6 +57,21 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 		}
 	}
 	a.startWorker(ctx, key, podworker.New(a, a.workerNode, pod, false))
+}
+
+// fromAPI is pod, read from the API, marked as such: its source is where
+// the agent read it, never what its annotations claim. A pod annotated
+// kubernetes.io/config.source: file would otherwise pass for a static
+// pod: never evicted under pressure (kubelettypes.IsCriticalPod), its
+// status sent to a mirror pod that does not exist. Upstream's kubelet
+// marks what it reads from the API "api" the same way.
+func fromAPI(pod *corev1.Pod) *corev1.Pod {
+	if src, ok := pod.Annotations[staticpod.SourceAnnotation]; !ok || src == kubelettypes.ApiserverSource {
+		return pod
+	}
+	pod = pod.DeepCopy() // the informer's object is shared
+	pod.Annotations[staticpod.SourceAnnotation] = kubelettypes.ApiserverSource
+	return pod
 }
 
 func (a *Agent) startWorker(ctx context.Context, key string, w *podworker.Worker) {

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
 // rankPod is a pod with a memory request (none for "") and a priority.
@@ -81,6 +83,29 @@ func TestEvictable(t *testing.T) {
 		if got := evictable(tc.pod); got != tc.want {
 			t.Errorf("%s: evictable %v, want %v", tc.pod.Name, got, tc.want)
 		}
+	}
+	// A pod of the API that claims to come from a file, as only a static
+	// pod may: read from the API, it is evictable all the same, and the
+	// informer's object is left as it was.
+	claims := rankPod("claims-static", "", 0)
+	claims.Annotations = map[string]string{staticpod.SourceAnnotation: "file"}
+	static := rankPod("static", "", 0)
+	static.Annotations = map[string]string{staticpod.SourceAnnotation: "file"}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want bool
+	}{{fromAPI(claims), true}, {fromAPI(rankPod("plain", "", 0)), true}, {static, false}} {
+		if got := evictable(tc.pod); got != tc.want {
+			t.Errorf("%s: evictable %v, want %v", tc.pod.Name, got, tc.want)
+		}
+	}
+}
+
+func TestFromAPILeavesTheInformersPodAlone(t *testing.T) {
+	claims := rankPod("claims-static", "", 0)
+	claims.Annotations = map[string]string{staticpod.SourceAnnotation: "file"}
+	if got := fromAPI(claims); got == claims || got.Annotations[staticpod.SourceAnnotation] != "api" || claims.Annotations[staticpod.SourceAnnotation] != "file" {
+		t.Errorf("fromAPI: %v (the informer's: %v); want a copy marked api", got.Annotations, claims.Annotations)
 	}
 }
 

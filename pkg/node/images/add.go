@@ -41,6 +41,18 @@ func (s *Store) Add(img v1.Image, names, repoDigests []string, o UnpackOptions) 
 	if err != nil {
 		return Image{}, fmt.Errorf("image layers: %w", err)
 	}
+	// The layers unpacked so far belong to no image until register: a
+	// lease on them for the pull keeps a Prune (an image removed, the
+	// garbage collector) from deleting them under it.
+	pull := fmt.Sprintf("pull-%s-%d", id.Hex[:12], s.now().UnixNano())
+	held := Image{ID: id.String()}
+	for _, d := range cf.RootFS.DiffIDs {
+		held.Layers = append(held.Layers, d.String())
+	}
+	if err := s.Lease(pull, held); err != nil {
+		return Image{}, err
+	}
+	defer func() { _ = s.Release(pull) }()
 	var diffIDs []v1.Hash
 	var size int64
 	for i, l := range layers {

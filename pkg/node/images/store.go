@@ -73,8 +73,19 @@ func Open(root string) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
+	// A pull's lease outlives it only when its process died: one older
+	// than any pull takes holds its layers for nothing.
+	leases, _ := os.ReadDir(filepath.Join(root, "leases"))
+	for _, e := range leases {
+		if fi, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), "pull-") && time.Since(fi.ModTime()) > staleLease {
+			_ = os.Remove(filepath.Join(root, "leases", e.Name()))
+		}
+	}
 	return &Store{root: root, now: time.Now}, nil
 }
+
+// staleLease is the age past which a pull's lease is a dead process's.
+const staleLease = 6 * time.Hour
 
 // Root is the store's directory.
 func (s *Store) Root() string { return s.root }

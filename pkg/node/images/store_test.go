@@ -408,3 +408,61 @@ func TestLoadRegistriesRefuses(t *testing.T) {
 		t.Errorf("a missing file: %v, %v; want no mirrors", r, err)
 	}
 }
+
+// TestPruneDuringAPullKeepsItsLayers: a Prune (an image removed, the
+// garbage collector) between two layers of a pull leaves the layers
+// unpacked so far, which no image names yet; the pull's lease is gone
+// after it.
+func TestPruneDuringAPullKeepsItsLayers(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := testImage(t, []string{"/app"}, base, appOne)
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pruned := false
+	layers[1] = hookLayer{Layer: layers[1], before: func() {
+		pruned = s.Prune() == nil
+	}}
+	added, err := s.Add(hookImage{Image: img, layers: layers}, []string{"example.com/app:v1"}, nil, rootless)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pruned {
+		t.Fatal("the prune between the layers did not run")
+	}
+	dirs, err := s.LayerDirs(added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("layer %s of the pulled image: %v", d, err)
+		}
+	}
+	if leases, _ := os.ReadDir(filepath.Join(s.Root(), "leases")); len(leases) != 0 {
+		t.Errorf("leases after the pull: %v, want none", leases)
+	}
+}
+
+// hookLayer runs before when its content is first read.
+type hookLayer struct {
+	v1.Layer
+	before func()
+}
+
+func (l hookLayer) Uncompressed() (io.ReadCloser, error) {
+	l.before()
+	return l.Layer.Uncompressed()
+}
+
+// hookImage is an image with its layers replaced.
+type hookImage struct {
+	v1.Image
+	layers []v1.Layer
+}
+
+func (i hookImage) Layers() ([]v1.Layer, error) { return i.layers, nil }

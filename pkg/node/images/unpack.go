@@ -30,7 +30,23 @@ type UnpackOptions struct {
 	// device nodes are not made, and whiteouts are refused (overlayfs
 	// represents them as device nodes and trusted xattrs).
 	Rootless bool
+	// MinFree is the fraction of its filesystem an unpack leaves free:
+	// it stops with ErrNoRoom before writing past it (0: DefaultMinFree).
+	// A layer that inflates far beyond its download (a decompression
+	// bomb) must not fill the disk the node, and on a server etcd, write
+	// to.
+	MinFree float64
 }
+
+// DefaultMinFree is the free fraction an unpack leaves its filesystem.
+const DefaultMinFree = 0.05
+
+// ErrNoRoom is an unpack stopped for want of room.
+var ErrNoRoom = errors.New("unpacking the image would leave its filesystem too little free space")
+
+// roomCheckEvery is how much content is written between two looks at the
+// filesystem's free space.
+const roomCheckEvery = 32 << 20
 
 // Unpack writes the uncompressed layer tar r into dir, which must exist
 // and be empty, in the layout overlayfs reads a lower directory in: a
@@ -68,8 +84,9 @@ type unpacker struct {
 	dir string
 	tr  *tar.Reader
 	o   UnpackOptions
-	// size is the bytes of file content written so far.
-	size int64
+	// size is the bytes of file content written so far; read those
+	// read, sinceCheck those since the last look at the free space.
+	size, read, sinceCheck int64
 	// dirs are the directories made, whose times are set at the end.
 	dirs []dirTimes
 }
@@ -177,7 +194,7 @@ func (u *unpacker) regular(hdr *tar.Header, target string) (bool, error) {
 	if err := removeExisting(target, true); err != nil {
 		return false, err
 	}
-	n, err := writeRegular(target, u.tr)
+	n, err := writeRegular(target, &roomReader{r: u.tr, u: u})
 	u.size += n
 	if err != nil {
 		return false, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
@@ -297,6 +314,43 @@ func removeExisting(p string, replaceDir bool) error {
 		return nil
 	}
 	return os.RemoveAll(p)
+}
+
+// roomReader reads a file's content for its unpacker, stopping it when
+// the filesystem is about to have less free than MinFree.
+type roomReader struct {
+	r io.Reader
+	u *unpacker
+}
+
+func (rr *roomReader) Read(p []byte) (int, error) {
+	n, err := rr.r.Read(p)
+	rr.u.sinceCheck += int64(n)
+	rr.u.read += int64(n)
+	if rr.u.sinceCheck >= roomCheckEvery {
+		rr.u.sinceCheck = 0
+		if rerr := rr.u.checkRoom(); rerr != nil {
+			return n, rerr
+		}
+	}
+	return n, err
+}
+
+// checkRoom says ErrNoRoom when the unpack's filesystem has less free
+// than MinFree.
+func (u *unpacker) checkRoom() error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(u.dir, &fs); err != nil {
+		return nil // not knowing is no reason to refuse an image
+	}
+	floor := u.o.MinFree
+	if floor <= 0 {
+		floor = DefaultMinFree
+	}
+	if total := float64(fs.Blocks) * float64(fs.Bsize); total > 0 && float64(fs.Bavail)*float64(fs.Bsize) < floor*total {
+		return fmt.Errorf("%w: stopped after %d MiB of the layer's content, with %.1f%% of the filesystem free (%g%% is kept)", ErrNoRoom, u.read>>20, 100*float64(fs.Bavail)/float64(fs.Blocks), 100*floor)
+	}
+	return nil
 }
 
 func writeRegular(p string, r io.Reader) (int64, error) {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -270,4 +271,42 @@ func BenchmarkUnpack(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestUnpackStopsBeforeTheDiskFills: a layer that inflates past the free
+// space the store keeps (a decompression bomb) stops with ErrNoRoom
+// before it is written whole. MinFree is set above what any filesystem
+// has free, so that the look at 32 MiB refuses.
+func TestUnpackStopsBeforeTheDiskFills(t *testing.T) {
+	const size = 3 * roomCheckEvery
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: "bomb", Typeflag: tar.TypeReg, Mode: 0o644, Size: size})
+		if err == nil {
+			_, err = io.Copy(tw, io.LimitReader(zeros{}, size))
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	dir := t.TempDir()
+	n, err := Unpack(dir, pr, UnpackOptions{Rootless: true, MinFree: 0.9999})
+	pr.Close()
+	if !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("unpacking %d MiB with 99.99%% to keep free: %v, want ErrNoRoom", size>>20, err)
+	}
+	if fi, serr := os.Stat(filepath.Join(dir, "bomb")); serr == nil && fi.Size() >= size {
+		t.Errorf("the file was written whole (%d bytes) before the refusal", fi.Size())
+	}
+	t.Logf("refused after %d MiB: %v", n>>20, err)
+}
+
+// zeros reads zero bytes for ever.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

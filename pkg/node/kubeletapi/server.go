@@ -21,6 +21,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
+	"github.com/steadyplane/steadyplane/pkg/pki"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -108,16 +109,18 @@ func New(o Options, host Host) (*Server, error) {
 	if o.StreamIdleTimeout <= 0 {
 		o.StreamIdleTimeout = 4 * time.Hour
 	}
-	cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+	// Renewed while the node runs (by up on a server, by the node's
+	// certificate requests on a worker): read again when it changes.
+	pair, err := pki.LoadServingPair(o.CertFile, o.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("loading the serving certificate (--tls-cert-file=%s, --tls-private-key-file=%s): %w", o.CertFile, o.KeyFile, err)
+		return nil, fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
 	}
 	auth, err := newDelegatedAuth(o.Client, o.ClientCAFile, o.NodeName)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{opts: o, host: host}
-	s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+	s.tls = &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12,
 		// Verified by the authenticator against the client CA, so that a
 		// bearer token is an alternative to a certificate.
 		ClientAuth: tls.RequestClientCert}

@@ -89,6 +89,7 @@ func (w *Worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 	if w.setup.volumes == nil {
 		w.setup.volumes = volume.New(pod, filepath.Join(w.podDir(pod), "volumes"), w.node.Volumes, w.node.Allocatable)
 		w.setup.volumes.MountImage = w.imageVolumes(pod)
+		w.setup.volumes.MemoryBacked = w.node.Runtime.Isolated()
 	}
 	refresh := now.Sub(w.setup.volumesAt) >= volumeRefresh
 	if err := w.setup.volumes.Setup(ctx, now, refresh); err != nil {

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,6 +89,10 @@ type Volumes struct {
 	// MountImage makes image volumes; nil on a node that runs no images,
 	// where they are refused.
 	MountImage ImageMounter
+	// MemoryBacked makes secret and projected volumes a tmpfs each, as the
+	// kubelet keeps them: their keys and tokens never reach the node's
+	// disk. It needs root (a node that runs containers under runc).
+	MemoryBacked bool
 
 	mu    sync.Mutex
 	paths map[string]string    // volume name -> host path
@@ -129,12 +135,33 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 			}
 		default:
 			p = filepath.Join(v.dir, "api", vol.Name)
-			err = v.writeAPIVolume(ctx, vol, p, now)
+			if !made && v.MemoryBacked && (s.Secret != nil || s.Projected != nil) {
+				err = mountMemory(p)
+			}
+			if err == nil {
+				err = v.writeAPIVolume(ctx, vol, p, now)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("volume %q: %w", vol.Name, err)
 		}
 		v.paths[vol.Name] = p
+	}
+	return nil
+}
+
+// mountMemory makes p a tmpfs, unless it is a mount point already: the
+// pod's, from before a restart of the agent, which its containers see
+// (a second tmpfs over it would take the updates they never see).
+func mountMemory(p string) error {
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return err
+	}
+	if mounted, err := mountinfo.Mounted(p); err != nil || mounted {
+		return err
+	}
+	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755"); err != nil {
+		return fmt.Errorf("a tmpfs at %s: %w", p, err)
 	}
 	return nil
 }

@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
@@ -246,4 +250,77 @@ func TestSubPathSwappedForSymlink(t *testing.T) {
 	close(stop)
 	<-done
 	t.Logf("%d of 300 racing mounts went through, none to the host", mounted)
+}
+
+// TestSecretVolumesInMemory: a secret volume of a node that runs
+// containers is a tmpfs, made once (a second Setup, or an agent restarted
+// while the pod runs, keeps the mount its containers see), and the
+// pod's teardown takes it down.
+func TestSecretVolumesInMemory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}},
+		{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}},
+	}}}
+	src := staticSource{secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}, Data: map[string][]byte{"key": []byte("secret")}},
+		configMap: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}, Data: map[string]string{"a": "b"}}}
+	t.Cleanup(func() { _ = runtime.UnmountUnder(dir) })
+	for range 2 {
+		v := New(pod, dir, src, nil)
+		v.MemoryBacked = true
+		if err := v.Setup(context.Background(), time.Now(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creds, config := filepath.Join(dir, "api", "creds"), filepath.Join(dir, "api", "config")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(creds, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		t.Errorf("the secret volume %s: filesystem %#x (%v), want a tmpfs", creds, fs.Type, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(creds, "key")); err != nil || string(b) != "secret" {
+		t.Errorf("the secret's key: %q, %v", b, err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(mounts), " "+creds+" "); n != 1 {
+		t.Errorf("%s is mounted %d times after two Setups, want once", creds, n)
+	}
+	if err := unix.Statfs(config, &fs); err != nil || fs.Type == unix.TMPFS_MAGIC {
+		t.Errorf("the configMap volume %s is a tmpfs (%v): only secrets and projected volumes are", config, err)
+	}
+	if err := runtime.UnmountUnder(dir); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, _ := mountinfo.Mounted(creds); mounted {
+		t.Errorf("%s still mounted after the teardown", creds)
+	}
+}
+
+// staticSource serves one secret and one configMap.
+type staticSource struct {
+	secret    *corev1.Secret
+	configMap *corev1.ConfigMap
+}
+
+func (s staticSource) ConfigMap(_ context.Context, _, name string) (*corev1.ConfigMap, error) {
+	if s.configMap != nil && s.configMap.Name == name {
+		return s.configMap, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("configmaps"), name)
+}
+
+func (s staticSource) Secret(_ context.Context, _, name string) (*corev1.Secret, error) {
+	if s.secret != nil && s.secret.Name == name {
+		return s.secret, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+}
+
+func (s staticSource) Token(context.Context, string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+	return nil, errors.New("no tokens here")
 }

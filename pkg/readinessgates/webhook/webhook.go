@@ -237,7 +237,7 @@ func Healthy(ctx context.Context, addr string, caPEM []byte) error {
 }
 
 // Serve serves h over TLS on addr until ctx ends.
-func Serve(ctx context.Context, addr string, cert tls.Certificate, h http.Handler) error {
+func Serve(ctx context.Context, addr string, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), h http.Handler) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
@@ -246,7 +246,7 @@ func Serve(ctx context.Context, addr string, cert tls.Certificate, h http.Handle
 		// its own timeout (10s by default): a slow or stuck client cannot
 		// hold a connection longer.
 		Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig: &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12},
 	}
 	go func() {
 		<-ctx.Done()
