@@ -41,6 +41,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			o.Out = cmd.OutOrStdout()
+			o.PodSecuritySet = cmd.Flags().Changed("pod-security")
 			return controlplane.Run(ctx, *o)
 		},
 	}
@@ -57,7 +58,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.BoolVar(&o.AlternativeServices, "enable-alternative-services", o.AlternativeServices, "KEP-3037: send authenticated HTTP/2 clients an Alt-Svc header listing the live API servers (nothing while this is the only one).")
 	fs.BoolVar(&o.Node, "node", o.Node, "Also run a node agent (steadyplane node) that runs the pods.")
 	fs.StringVar(&o.NodeRuntime, "runtime", o.NodeRuntime, "The node agent's container runtime: runc (isolated; root and runc), process (host processes, not isolated), auto (runc when possible).")
-	fs.StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "Pod Security level enforced in every namespace but kube-system and steadyplane-system: privileged, baseline or restricted (restricted is always warned about and audited); a namespace's pod-security.kubernetes.io/enforce label chooses its own.")
+	fs.StringVar(&o.PodSecurity, "pod-security", o.PodSecurity, "Pod Security level enforced in every namespace but kube-system and steadyplane-system: privileged, baseline or restricted (restricted is always warned about and audited); a namespace's pod-security.kubernetes.io/enforce label chooses its own. A joining server takes the cluster's unless given this or --pod-security-config.")
 	fs.StringVar(&o.PodSecurityConfigFile, "pod-security-config", "", "The API server's admission configuration file (AdmissionConfiguration with a PodSecurity plugin configuration), instead of --pod-security's.")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "Range of pod addresses; must overlap no route of the host.")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", o.ClusterCIDR, "The cluster's range of pod addresses; each node gets a range of --node-cidr-mask-size bits from it (the first server's holds --pod-cidr). Joining servers take the cluster's.")

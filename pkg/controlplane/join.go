@@ -35,7 +35,7 @@ func (cp *ControlPlane) prepareJoin(ctx context.Context) error {
 		return err
 	}
 	cp.state, err = join.JoinServer(ctx, join.Server{URL: cp.opts.Server, Token: tok, DataDir: string(cp.dir), PKI: cp.store(),
-		WriteEncryption: cp.ensureEncryptionConfig, Logf: cp.progressf})
+		WriteEncryption: cp.ensureEncryptionConfig, WriteAdmission: cp.keepClusterAdmission, Logf: cp.progressf})
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (cp *ControlPlane) etcdName() string {
 
 // publisher is this server as one others join.
 func (cp *ControlPlane) publisher() join.Publisher {
-	return join.Publisher{DataDir: string(cp.dir), PKI: cp.pki, EncryptionConfig: cp.dir.encryptionConfig(),
+	return join.Publisher{DataDir: string(cp.dir), PKI: cp.pki, EncryptionConfig: cp.dir.encryptionConfig(), AdmissionConfig: cp.admissionConfig,
 		ServiceCIDR: cp.opts.ServiceCIDR, ClusterCIDR: cp.opts.ClusterCIDR, ClusterDomain: cp.opts.ClusterDomain,
 		NodeCIDRMaskSize: cp.opts.NodeCIDRMaskSize, EtcdClientPort: cp.opts.EtcdClientPort, ReadinessWebhookPort: cp.opts.ReadinessWebhookPort,
 		ServerURL: cp.APIServerURL(), Servers: cp.alternatives(), State: &cp.state, TokenTTL: cp.opts.TokenTTL, Logf: cp.progressf}

@@ -64,6 +64,9 @@ type Options struct {
 	// but kube-system and steadyplane-system (privileged, baseline or
 	// restricted); restricted is warned about and audited.
 	PodSecurity string
+	// PodSecuritySet says PodSecurity was given (not the default): a
+	// joining server takes the cluster's level otherwise.
+	PodSecuritySet bool
 	// PodSecurityConfigFile replaces that with the user's admission
 	// configuration file (apiserver.config.k8s.io/v1 AdmissionConfiguration).
 	PodSecurityConfigFile string

@@ -58,13 +58,59 @@ func PodSecurityAdmission(enforce string) ([]byte, error) {
 	return yaml.Marshal(cfg)
 }
 
+// clusterAdmissionFile is where a joined server keeps the admission
+// configuration of the cluster it joined, in its apiserver-config/.
+const clusterAdmissionFile = "cluster-admission.yaml"
+
+// keepClusterAdmission keeps the admission configuration a joining server
+// received with the cluster's keys (0600).
+func (cp *ControlPlane) keepClusterAdmission(b []byte) error {
+	if err := os.MkdirAll(cp.dir.apiserverConfigDir(), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(cp.dir.apiserverConfigDir(), clusterAdmissionFile), b, 0o600)
+}
+
+// admissionSource decides a server's admission configuration: the user's
+// file, or the level the user gave, or the cluster's that a joined server
+// received (clusterAdmission, nil when none), or the default level. A
+// server told otherwise than its cluster is warned: a pod's admission
+// would depend on the API server it reaches.
+func admissionSource(o Options, clusterAdmission []byte) (useCluster bool, warning string) {
+	switch {
+	case o.PodSecurityConfigFile != "" && clusterAdmission != nil:
+		return false, "--pod-security-config replaces the Pod Security configuration of the cluster this server joined: pods are admitted differently by this server's API server than by the others', unless every server has the same"
+	case o.PodSecurityConfigFile != "":
+		return false, ""
+	case clusterAdmission == nil:
+		return false, ""
+	case !o.PodSecuritySet:
+		return true, ""
+	}
+	if own, err := PodSecurityAdmission(o.PodSecurity); err == nil && string(own) == string(clusterAdmission) {
+		return false, ""
+	}
+	return false, fmt.Sprintf("--pod-security=%s differs from the Pod Security configuration of the cluster this server joined: pods are admitted differently by this server's API server than by the others', unless every server enforces the same", o.PodSecurity)
+}
+
 // writeAdmissionConfig writes the API server's admission configuration:
 // the user's file (--pod-security-config) copied as it is, or steadyplane's
-// default with the --pod-security level. It returns the file's path.
+// default with the --pod-security level, or on a joined server not told
+// either the cluster's (admissionSource). It returns the file's path.
 func (cp *ControlPlane) writeAdmissionConfig() (string, error) {
 	var b []byte
 	var err error
-	if cp.opts.PodSecurityConfigFile != "" {
+	cluster, err := os.ReadFile(filepath.Join(cp.dir.apiserverConfigDir(), clusterAdmissionFile))
+	if err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
+	useCluster, warning := admissionSource(cp.opts, cluster)
+	if warning != "" {
+		cp.progressf("WARNING: %s", warning)
+	}
+	if useCluster {
+		b = cluster
+	} else if cp.opts.PodSecurityConfigFile != "" {
 		if b, err = os.ReadFile(cp.opts.PodSecurityConfigFile); err != nil {
 			return "", fmt.Errorf("--pod-security-config: %w", err)
 		}

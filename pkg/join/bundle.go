@@ -32,6 +32,10 @@ type Bundle struct {
 	// EncryptionConfig is the API servers' EncryptionConfiguration: the
 	// keys Secrets are encrypted with in etcd, which every server needs.
 	EncryptionConfig []byte
+	// AdmissionConfig is the API servers' admission configuration (Pod
+	// Security): the level the cluster enforces, which a joining server
+	// takes. Empty from a server of an earlier release.
+	AdmissionConfig []byte `json:",omitempty"`
 }
 
 // bundleKeyInfo binds the derived key to its one use.

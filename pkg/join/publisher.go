@@ -21,6 +21,9 @@ type Publisher struct {
 	// sealed; EncryptionConfig is the secrets encryption configuration.
 	PKI              *pki.Cluster
 	EncryptionConfig string
+	// AdmissionConfig is the API server's admission configuration file
+	// (Pod Security), given to joining servers; "" for none.
+	AdmissionConfig string
 	// The cluster's ranges, domain and ports, which a joining server takes.
 	ServiceCIDR, ClusterCIDR, ClusterDomain                string
 	NodeCIDRMaskSize, EtcdClientPort, ReadinessWebhookPort int
@@ -162,6 +165,11 @@ func (p Publisher) bundle() (*Bundle, error) {
 		dst  *[]byte
 	}{{p.PKI.CA.KeyPath, &b.CAKey}, {p.PKI.EtcdCA.KeyPath, &b.EtcdCAKey}, {p.PKI.KubeletCA.KeyPath, &b.KubeletCAKey}, {p.PKI.ServiceAccountKey, &b.ServiceAccountKey}, {p.EncryptionConfig, &b.EncryptionConfig}} {
 		if *f.dst, err = os.ReadFile(f.path); err != nil {
+			return nil, err
+		}
+	}
+	if p.AdmissionConfig != "" {
+		if b.AdmissionConfig, err = os.ReadFile(p.AdmissionConfig); err != nil {
 			return nil, err
 		}
 	}

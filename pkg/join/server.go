@@ -24,6 +24,9 @@ type Server struct {
 	// as joined, and a crash in between would make the next start write a
 	// new key of its own.
 	WriteEncryption func([]byte) error
+	// WriteAdmission keeps the cluster's admission configuration (Pod
+	// Security), when the bundle has one; nil ignores it.
+	WriteAdmission func([]byte) error
 	// Logf reports progress.
 	Logf func(string, ...any)
 }
@@ -59,6 +62,11 @@ func JoinServer(ctx context.Context, s Server) (State, error) {
 	}
 	if len(b.EncryptionConfig) > 0 {
 		if err := s.WriteEncryption(b.EncryptionConfig); err != nil {
+			return State{}, err
+		}
+	}
+	if len(b.AdmissionConfig) > 0 && s.WriteAdmission != nil {
+		if err := s.WriteAdmission(b.AdmissionConfig); err != nil {
 			return State{}, err
 		}
 	}
