@@ -88,7 +88,8 @@ SubjectAccessReview, as with the kubelet.
 The agent keeps its own record of each pod in <root-dir>/pods/<pod>/status.json (start
 attempts, restarts, last exit code, reason and termination message), which a restarted
 agent continues from, served read-only on --metrics-bind-address (loopback only) at
-/pods and /localstatus/pods: the truth while no API server answers.
+/pods and /localstatus/pods for the static pods (the others' are for the node API's
+authenticated callers): the truth while no API server answers.
 
 Container logs: <root-dir>/pods/<namespace>_<name>_<uid>/<container>/<restart>.log.
 With --stop-pods-on-exit (the default) containers stop with the agent: SIGTERM, then
@@ -121,7 +122,7 @@ a reused pid is never hit) and starts it again, once: never two copies.`,
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "Serving certificate of the node API, signed by the cluster CA for --node-ip.")
 	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "Key of --tls-cert-file.")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA that signs the client certificates of the node API's callers (the API server's --kubelet-client-certificate); other callers use bearer tokens (TokenReview). Every request is authorized by SubjectAccessReview on the Node's subresources (nodes/proxy, nodes/log, nodes/metrics, ...).")
-	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Loopback address of the read-only endpoint (no authentication, as the kubelet's read-only port): /metrics, /healthz, /pods and /localstatus/pods (start attempts, restarts, last exits), e.g. 127.0.0.1:10255; empty for none.")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Loopback address of the read-only endpoint (no authentication, as the kubelet's read-only port): /metrics, /healthz, and /pods and /localstatus/pods (start attempts, restarts, last exits) of the static pods, e.g. 127.0.0.1:10255; empty for none.")
 	fs.BoolVar(&o.StopPodsOnExit, "stop-pods-on-exit", o.StopPodsOnExit, "Stop every container when the agent stops, and with it if it crashes; false leaves them running until the next agent replaces them.")
 	fs.StringVar(&c.ImageStore, "image-store", "", "Directory of the node's image store (default <root-dir>/image-store): pulled and imported images, each layer unpacked once.")
 	fs.StringVar(&c.ImageImportDir, "image-import-dir", "", "Directory whose image archives (docker save or OCI, *.tar, *.tar.gz) are imported at start; empty for none. `up` uses <data-dir>/images.")

@@ -160,10 +160,10 @@ func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlan
 		t.Error("the node API's certificate was accepted without the cluster CA")
 	}
 
-	// The local record, read-only on loopback.
-	rec := localRecord(ctx, t, o, "api-py")
-	if rec == nil || rec.StartAttempts["web"] != 1 || len(rec.Status.ContainerStatuses) != 1 || rec.Status.ContainerStatuses[0].State.Running == nil {
-		t.Errorf("local record of api-py = %+v, want one start attempt and running", rec)
+	// The unauthenticated loopback endpoint serves the static pods' records
+	// alone: a pod of the API is for the node API's callers.
+	if rec := localRecord(ctx, t, o, "api-py"); rec != nil {
+		t.Errorf("the read-only loopback endpoint serves the record of api-py, a pod of the API: %+v", rec)
 	}
 }
 

@@ -167,12 +167,22 @@ func PodList(records []Pod) *corev1.PodList {
 	return list
 }
 
-// Register adds the read-only endpoints to mux: /pods (a v1 PodList, as the
+// Register adds the read-only endpoints to mux, which answers without
+// authentication on a loopback address: /pods (a v1 PodList, as the
 // kubelet's read-only port) and /localstatus/pods (the records, with start
-// attempts). Only GET and HEAD are answered.
+// attempts), of the static pods alone. Those are steadyplane's own (what
+// the startup monitor and a release's settling read); the others' names,
+// addresses and annotations (kubectl's last-applied configuration holds a
+// whole manifest) are for authenticated callers of the node API. Only GET
+// and HEAD are answered.
 func (s *Store) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, PodList(s.List())) })
-	mux.HandleFunc("GET /localstatus/pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, s.List()) })
+	mux.HandleFunc("GET /pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, PodList(s.static())) })
+	mux.HandleFunc("GET /localstatus/pods", func(w http.ResponseWriter, _ *http.Request) { WriteJSON(w, s.static()) })
+}
+
+// static are the records of the static pods.
+func (s *Store) static() []Pod {
+	return slices.DeleteFunc(s.List(), func(p Pod) bool { return !p.Static })
 }
 
 // WriteJSON answers with v as indented JSON: the read-only /pods endpoints

@@ -56,7 +56,7 @@ func ptr(s string) *string { return &s }
 func TestStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pods", "ns_p_u1")
 	s := NewStore()
-	rec := &Pod{Namespace: "ns", Name: "p", UID: "u1", StartAttempts: map[string]int32{"c": 1},
+	rec := &Pod{Namespace: "ns", Name: "p", UID: "u1", Static: true, StartAttempts: map[string]int32{"c": 1},
 		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 0}}}}
 	if err := s.Put(dir, rec); err != nil {
 		t.Fatal(err)
@@ -90,6 +90,14 @@ func TestStore(t *testing.T) {
 		t.Fatalf("Read after a change = %+v, %v; want 2 attempts", got, err)
 	}
 
+	// A pod of the API is kept, and not served without authentication.
+	if err := s.Put(filepath.Join(t.TempDir(), "pods", "ns_api_u2"), &Pod{Namespace: "ns", Name: "api", UID: "u2",
+		Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"env":[{"name":"TOKEN","value":"s3cret"}]}`}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.List()) != 2 {
+		t.Fatalf("%d records kept, want 2", len(s.List()))
+	}
 	mux := http.NewServeMux()
 	s.Register(mux)
 	srv := httptest.NewServer(mux)
