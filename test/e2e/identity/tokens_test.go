@@ -22,7 +22,6 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testci"
 	"github.com/steadyplane/steadyplane/internal/testenv"
-	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/internal/testup"
 	"github.com/steadyplane/steadyplane/pkg/join"
 )
@@ -42,24 +41,9 @@ func TestJoinTokens(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs steadyplane up in a network namespace")
 	}
-	testenv.RequireNetwork(t)
-	testimage.RequireBusybox(t)
-	testenv.RequireUnusedRange(t, tokensClusterCIDR)
-	bin, err := testenv.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, nw, hosts := testup.NetworkCluster(t, 1, 1, tokensClusterCIDR)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	nw, err := testenv.NewNetwork(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nw.Close)
-	hosts, err := testenv.ClusterLayout(nw, t.TempDir(), 1, 1, tokensClusterCIDR)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s1, other := hosts[0], hosts[1]
 	// No cluster DNS: nothing here resolves names, and test/e2e, which
 	// runs at once, counts the machine's CoreDNS processes.

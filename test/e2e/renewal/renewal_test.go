@@ -56,24 +56,9 @@ func TestCertificatesRenewedWhileRunning(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs steadyplane up and node in network namespaces for about six minutes")
 	}
-	testenv.RequireNetwork(t)
-	testimage.RequireBusybox(t)
-	testenv.RequireUnusedRange(t, renewalClusterCIDR)
-	bin, err := testenv.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, nw, hosts := testup.NetworkCluster(t, 1, 1, renewalClusterCIDR)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	nw, err := testenv.NewNetwork(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nw.Close)
-	hosts, err := testenv.ClusterLayout(nw, t.TempDir(), 1, 1, renewalClusterCIDR)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s1, w2 := hosts[0], hosts[1]
 	// No cluster DNS: nothing here resolves names, and test/e2e, which
 	// runs at once, counts the machine's CoreDNS processes.
