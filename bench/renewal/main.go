@@ -50,7 +50,7 @@ func main() {
 
 func run(ctx context.Context, validity time.Duration, renewals int) error {
 	// As in steadyplane's binary, where every component runs.
-	transport.CertCallbackRefreshDuration = 10 * time.Second
+	transport.CertCallbackRefreshDuration = 2 * time.Second
 	bin, err := testenv.Binary()
 	if err != nil {
 		return err
@@ -103,8 +103,8 @@ func run(ctx context.Context, validity time.Duration, renewals int) error {
 		}
 		et := sinceWritten(etcdFile)
 		reachAPI, reachEtcd = append(reachAPI, api), append(reachEtcd, et)
-		// Ten more seconds: client-go reads the files again and rotates.
-		time.Sleep(12 * time.Second)
+		// A few seconds more: client-go reads the files again and rotates.
+		time.Sleep(5 * time.Second)
 		fmt.Printf("%-8d %-22v %-22v %-36s %s\n", i, api.Round(time.Millisecond), et.Round(time.Millisecond), loads[0].take(), loads[1].take())
 	}
 	stopLoads()

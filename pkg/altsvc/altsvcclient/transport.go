@@ -72,7 +72,7 @@ func (ts *transports) makeCopies(cert []byte) (*copies, error) {
 }
 
 // certCheckInterval is how often the client certificate is compared with
-// the copies': client-go itself reads the files every 10 s in
+// the copies': client-go itself reads the files every 2 s in
 // steadyplane's binary.
 const certCheckInterval = time.Second
 
