@@ -384,7 +384,7 @@ func TestNodeAgent(t *testing.T) {
 		// The node's own record tells the agent's kill from a crash (the
 		// startup monitor does not count it as a crash loop).
 		waitFor(ctx, t, 10*time.Second, "the liveness kill in the local record", func() (bool, string) {
-			rec := localRecord(ctx, t, o, "slow-kill")
+			rec := diskRecord(t, o, "default", "slow-kill")
 			if rec == nil {
 				return false, "no record"
 			}

@@ -167,8 +167,24 @@ func testNodeAPI(ctx context.Context, t *testing.T, cp *controlplane.ControlPlan
 	}
 }
 
-// localRecord reads the node agent's record of pod name from its read-only
-// endpoint; nil if there is none.
+// diskRecord reads the node agent's record of the pod ns/name from the
+// node's disk (the loopback endpoint serves static pods' alone); nil if
+// there is none.
+func diskRecord(t *testing.T, o controlplane.Options, ns, name string) *localstatus.Pod {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(o.DataDir, "node", "pods", ns+"_"+name+"_*"))
+	if err != nil || len(dirs) == 0 {
+		return nil
+	}
+	rec, err := localstatus.Read(dirs[len(dirs)-1])
+	if err != nil {
+		return nil
+	}
+	return rec
+}
+
+// localRecord reads the node agent's record of static pod name from its
+// read-only endpoint; nil if there is none.
 func localRecord(ctx context.Context, t *testing.T, o controlplane.Options, name string) *localstatus.Pod {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/localstatus/pods", o.NodeMetricsPort), nil)
