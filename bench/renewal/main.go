@@ -88,7 +88,7 @@ func run(ctx context.Context, validity time.Duration, renewals int) error {
 	fmt.Printf("%-8s %-22s %-22s %-36s %s\n", "renewal", "API server reached in", "etcd reached in", loads[0].name, loads[1].name)
 	var reachAPI, reachEtcd []time.Duration
 	for i := 1; i <= renewals; i++ {
-		before := served(apiserver)
+		before, etcdBefore := served(apiserver), serial(etcdFile)
 		// The next renewal is due at two thirds of the lifetime.
 		deadline := time.Now().Add(validity)
 		for served(apiserver) == before && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -98,6 +98,10 @@ func run(ctx context.Context, validity time.Duration, renewals int) error {
 			break
 		}
 		api := sinceWritten(certFile)
+		// etcd's file is written a moment after the API server's.
+		for serial(etcdFile) == etcdBefore && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
 		for served(etcd) != serial(etcdFile) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
