@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
 )
@@ -102,7 +103,8 @@ func StartWorkload(ctx context.Context, t *testing.T, kubeconfig, name string) *
 		defer l.wg.Done()
 		for n := 1; ctx.Err() == nil; n++ {
 			var rv string
-			err := retryConflict(func() error {
+			// Another writer is no failure: retried on a conflict.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cur, err := cms.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					return err
@@ -168,16 +170,6 @@ func StartWorkload(ctx context.Context, t *testing.T, kubeconfig, name string) *
 		}
 	}()
 	return l
-}
-
-// retryConflict retries f on a conflict: another writer is no failure.
-func retryConflict(f func() error) error {
-	for i := 0; ; i++ {
-		err := f()
-		if !apierrors.IsConflict(err) || i == 5 {
-			return err
-		}
-	}
 }
 
 // Stop ends the workload once the watch has caught up with the writes,

@@ -57,7 +57,7 @@ func (w *Worker) KeepRenewed(ctx context.Context, cfg *rest.Config) {
 			}
 		}
 		i, at := earliest(due)
-		if !sleepUntil(ctx, at) {
+		if sleepCtx(ctx, time.Until(at)) != nil {
 			return
 		}
 		p := pairs[i]
@@ -108,20 +108,4 @@ func earliest(times []time.Time) (int, time.Time) {
 		}
 	}
 	return at, times[at]
-}
-
-// sleepUntil waits until t; false when ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
 }
