@@ -81,3 +81,12 @@ func StartTime(pid int) (uint64, bool) {
 	t, err := strconv.ParseUint(fields[19], 10, 64)
 	return t, err == nil
 }
+
+// InPod says whether process pid runs in a container of the pod with uid:
+// the node agent names each container's cgroup <pod UID>_<container>, so
+// the pod's processes are told from those of other clusters' pods on the
+// same machine.
+func InPod(pid int, uid string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	return err == nil && uid != "" && strings.Contains(string(b), "/"+uid+"_")
+}

@@ -61,6 +61,8 @@ func (s *server) url() string        { return "https://" + s.ip + ":6443" }
 // from the worker), gates pods through every server, rolls revisions,
 // black-holes a server, and kills the server the admin kubeconfig names,
 // then its whole host: steadyplane kubectl and a client-go program go on.
+// Two servers lost, the survivor is reset, then restored from a snapshot
+// one of the lost had taken, and that one joins it again.
 func TestThreeServersNoLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs three steadyplane up")
@@ -201,25 +203,7 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 			t.Errorf("a refused join left a CA in %s", dir)
 		}
 	}
-	etcdMembers := func() ([]string, error) {
-		cli, err := etcdClient(servers[0].dataDir, "https://"+servers[0].ip+":2379")
-		if err != nil {
-			return nil, err
-		}
-		defer cli.Close()
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		defer ccancel()
-		resp, err := cli.MemberList(cctx)
-		if err != nil {
-			return nil, err
-		}
-		var out []string
-		for _, m := range resp.Members {
-			out = append(out, fmt.Sprintf("%s learner=%v", m.Name, m.IsLearner))
-		}
-		slices.Sort(out)
-		return out, nil
-	}
+	etcdMembers := func() ([]string, error) { return etcdMemberList(ctx, servers[0]) }
 	if members, err := etcdMembers(); err != nil || len(members) != 1 {
 		t.Fatalf("etcd members after the refused joins: %v, %v; want the first alone", members, err)
 	}
@@ -552,6 +536,23 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 
 	rollRevisionsAcrossServers(t, ctx, servers[0].kubeconfig(), []string{servers[0].name, servers[1].name, servers[2].name})
 
+	// A snapshot, taken on the joined server that the reset below leaves
+	// lost, of data that the writes after it will not be in; restored at
+	// the end on the survivor.
+	snapshotter := 3 - walk.reset.host
+	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", "in-snapshot"); err != nil {
+		t.Fatalf("a write before the snapshot: %v\n%s", err, out)
+	}
+	name, args = nw.NSEnter(snapshotter, servers[snapshotter].host, bin, "etcd-snapshot", "save", "--data-dir", servers[snapshotter].dataDir)
+	var saveErr strings.Builder
+	save := exec.CommandContext(ctx, name, args...)
+	save.Stderr = &saveErr
+	saved, err := save.Output()
+	snapshot := strings.TrimSpace(string(saved))
+	if err != nil || !strings.HasSuffix(snapshot, ".db") {
+		t.Fatalf("steadyplane etcd-snapshot save on %s: %v\n%s%s", servers[snapshotter].name, err, saved, saveErr.String())
+	}
+
 	// The first server black-holed (its link down: nothing answers, not
 	// even a reset), under a client-go reader on its admin kubeconfig:
 	// reads move on after the hedge delay, kubectl reads and writes.
@@ -676,7 +677,126 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 	if out, err := spKubectl(ctx, bin, survivor.kubeconfig(), "create", "configmap", "after-reset"); err != nil {
 		t.Errorf("a write after the reset: %v\n%s", err, out)
 	}
+	restoreOnThreeServers(t, ctx, nw, bin, survivor, lost, snapshot, func(line string) {
+		start(walk.reset.host, line)
+	}, func(ctx context.Context, line string) *exec.Cmd {
+		return hostCmd(ctx, walk.reset.host, line, upExtra...)
+	}, func(line string) {
+		// The walkthrough's join line of the lost server, to the survivor.
+		start(3-walk.reset.host, strings.ReplaceAll(line, "10.0.0.1:6443", fmt.Sprintf("10.0.0.%d:6443", walk.reset.host+1)))
+	}, walk.reset.then, walk.joins[2-walk.reset.host].line)
+	// Stopped while both run; the last, without etcd's quorum, would take
+	// every component's grace period in turn: killed, then cleaned up.
 	survivor.up.Stop(t)
+	lost.up.Kill(t)
+}
+
+// restoreOnThreeServers restores snapshot, taken on lost, on survivor (up
+// stopped there, every other server's etcd dead), as the README's Backups
+// say: up --cluster-reset --cluster-reset-restore-path with up's flags,
+// then up; the survivor has the snapshot's data and is a cluster of one,
+// and lost joins it again from a clean data directory with a token the
+// survivor makes. startSurvivor runs up's line on the survivor, onSurvivor
+// a command there with up's flags, rejoinLost the join line on lost.
+func restoreOnThreeServers(t *testing.T, ctx context.Context, nw *testenv.Network, bin string, survivor, lost *server, snapshot string,
+	startSurvivor func(line string), onSurvivor func(ctx context.Context, line string) *exec.Cmd, rejoinLost func(line string), upLine, joinLine string) {
+	t.Helper()
+	survivor.up.Stop(t)
+	// The snapshot goes to the survivor's machine, its record with it;
+	// the lost server's data directory is then emptied.
+	copied := filepath.Join(survivor.dir, filepath.Base(snapshot))
+	for _, ext := range []string{".db", ".json"} {
+		b, err := os.ReadFile(strings.TrimSuffix(snapshot, ".db") + ext)
+		if err == nil {
+			err = os.WriteFile(strings.TrimSuffix(copied, ".db")+ext, b, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lostIndex := slices.IndexFunc(nw.Hosts, func(h testenv.NetHost) bool { return h.IP.String() == lost.ip })
+	survivorIndex := slices.IndexFunc(nw.Hosts, func(h testenv.NetHost) bool { return h.IP.String() == survivor.ip })
+	name, args := nw.NSEnter(lostIndex, lost.host, bin, "cleanup", "--data-dir", lost.dataDir, "--remove-data")
+	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("steadyplane cleanup --remove-data on %s: %v\n%s", lost.name, err, out)
+	}
+
+	begun := time.Now()
+	restore := onSurvivor(ctx, upLine+" --cluster-reset --cluster-reset-restore-path "+copied)
+	if out, err := restore.CombinedOutput(); err != nil || !strings.Contains(string(out), "etcd runs on the snapshot's data") {
+		t.Fatalf("the restore on %s: %v\n%s", survivor.name, err, out)
+	}
+	startSurvivor(upLine)
+	survivor.up.WaitUp(t, 5*time.Minute)
+	t.Logf("%s up on a snapshot taken on %s in %.1fs", survivor.name, lost.name, time.Since(begun).Seconds())
+	for cm, want := range map[string]bool{"in-snapshot": true, "after-host-kill": false, "after-reset": false} {
+		out, err := spKubectl(ctx, bin, survivor.kubeconfig(), "get", "configmap", cm, "--ignore-not-found", "-o", "name")
+		if err != nil || strings.Contains(out, "configmap/"+cm) != want {
+			t.Errorf("after the restore, ConfigMap %s: %q, %v; want it there: %v", cm, out, err, want)
+		}
+	}
+	members := func() ([]string, error) { return etcdMemberList(ctx, survivor) }
+	if m, err := members(); err != nil || !slices.Equal(m, []string{survivor.name + " learner=false"}) {
+		t.Errorf("etcd members after the restore: %v, %v; want %s alone", m, err, survivor.name)
+	}
+
+	// The lost server joins again, from a clean data directory, with a
+	// server token the survivor makes.
+	name, args = nw.NSEnter(survivorIndex, survivor.host, bin, "token", "create", "--server", "--ttl", "1h", "--data-dir", survivor.dataDir)
+	token, err := exec.CommandContext(ctx, name, args...).Output()
+	if err != nil {
+		t.Fatalf("steadyplane token create on %s: %v\n%s", survivor.name, err, token)
+	}
+	if err := os.MkdirAll(filepath.Join(lost.dataDir, "images"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.BusyboxArchive(filepath.Join(lost.dataDir, "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lost.dir, "token"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	begun = time.Now()
+	rejoinLost(joinLine)
+	lost.up.WaitUp(t, 5*time.Minute)
+	t.Logf("%s joined the restored %s again in %.1fs", lost.name, survivor.name, time.Since(begun).Seconds())
+	want := []string{lost.name + " learner=false", survivor.name + " learner=false"}
+	slices.Sort(want)
+	client := testup.HAClient(t, survivor.kubeconfig())
+	testup.WaitFor(t, ctx, 2*time.Minute, "two voting etcd members and both servers' Nodes Ready", func() (bool, string) {
+		m, err := members()
+		ready := testup.ReadyNodes(ctx, client)
+		return err == nil && slices.Equal(m, want) && slices.Contains(ready, lost.name) && slices.Contains(ready, survivor.name),
+			fmt.Sprintf("etcd members %v (%v), Ready nodes %v", m, err, ready)
+	})
+	if out, err := spKubectl(ctx, bin, lost.kubeconfig(), "get", "configmap", "in-snapshot", "-o", "name"); err != nil || !strings.Contains(out, "configmap/in-snapshot") {
+		t.Errorf("the server that joined again does not read the restored data: %v\n%s", err, out)
+	}
+	if out, err := spKubectl(ctx, bin, lost.kubeconfig(), "create", "configmap", "after-restore"); err != nil {
+		t.Errorf("a write on the restored cluster of two: %v\n%s", err, out)
+	}
+}
+
+// etcdMemberList lists the members of s's etcd cluster, each as "<name>
+// learner=<bool>", sorted, asking s's member.
+func etcdMemberList(ctx context.Context, s *server) ([]string, error) {
+	cli, err := etcdClient(s.dataDir, "https://"+s.ip+":2379")
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(cctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range resp.Members {
+		out = append(out, fmt.Sprintf("%s learner=%v", m.Name, m.IsLearner))
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // threeServers is the README's "Three servers, no load balancer"

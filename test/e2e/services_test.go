@@ -237,9 +237,12 @@ func gateWaitsForProxy(ctx context.Context, t *testing.T, kubectl func(...string
 	defer resume()
 	kubectl("create", "namespace", "gated")
 	kubectl("label", "namespace", "gated", "steadyplane.io/readiness-gates=on")
+	// The Service first: a pod whose gate turned True before any Service
+	// selected it keeps it (the data path is checked for the Services that
+	// select a pod when its gate is decided).
+	kubectl("create", "service", "clusterip", "web", "-n", "gated", "--tcp=80:8080")
 	kubectl("run", "web", "-n", "gated", "--image=busybox:1.36", "--labels=app=web", "--port=8080", "--",
 		"sh", "-c", `hostname > index.html; trap "exit 0" TERM; httpd -f -p 8080 & wait`)
-	kubectl("expose", "pod", "web", "-n", "gated", "--port=80", "--target-port=8080")
 	const cond = `{.status.conditions[?(@.type=="steadyplane.io/load-balancer-ready")].reason}/{.status.conditions[?(@.type=="Ready")].status}`
 	state := ""
 	for deadline := time.Now().Add(90 * time.Second); !strings.HasPrefix(state, "ProxyNotSynced/"); time.Sleep(200 * time.Millisecond) {
@@ -358,11 +361,16 @@ func clusterDNS(ctx context.Context, t *testing.T, kubeconfig string, kubectl fu
 		t.Errorf("nslookup of an ExternalName Service: want its CNAME in\n%s", out)
 	}
 	lookup := func(name string) (string, error) { return inPod("/resolve", name) }
+	// This cluster's CoreDNS, not another test's running beside it.
+	uids := strings.Fields(kubectl("get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "jsonpath={.items[*].metadata.uid}"))
 	pids := procfs.Find(func(argv []string) bool {
 		return len(argv) > 1 && argv[0] == "/usr/local/bin/steadyplane" && argv[1] == "dns"
 	})
+	pids = slices.DeleteFunc(pids, func(pid int) bool {
+		return !slices.ContainsFunc(uids, func(uid string) bool { return procfs.InPod(pid, uid) })
+	})
 	if len(pids) != 1 {
-		t.Fatalf("CoreDNS processes %v; want one", pids)
+		t.Fatalf("CoreDNS processes %v of pods %v; want one", pids, uids)
 	}
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,10 @@
-package e2e
+// Package clusterupgrade tests, end to end, that steadyplane upgrade rolls
+// a release over a cluster of three servers and a worker in network
+// namespaces of their own, falls back from a release that cannot start,
+// and rolls back, every pod running all along. It has a package of its own
+// so that it runs beside test/e2e, whose clusters use the machine's
+// network namespace.
+package clusterupgrade
 
 import (
 	"context"
