@@ -73,6 +73,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.IntVar(&o.EtcdSnapshotRetention, "etcd-snapshot-retention", o.EtcdSnapshotRetention, "How many scheduled snapshots to keep (those taken with etcd-snapshot save stay until deleted).")
 	fs.StringVar(&o.EtcdSnapshotDir, "etcd-snapshot-dir", "", "Directory of the snapshots (default <data-dir>/snapshots).")
 	fs.DurationVar(&o.CertValidity, "cert-validity", o.CertValidity, "How long the leaf certificates up issues are valid (the CAs are valid 10 years). Each is renewed while up runs, at two thirds of it, without a restart (steadyplane certs check-expiration). A shorter validity applies at the next start.")
+	fs.BoolVar(&o.ControlPlaneTaint, "control-plane-taint", false, "Taint this server's Node node-role.kubernetes.io/control-plane:NoSchedule, so that only pods that tolerate it (the cluster's own) run there: for clusters with workers. Every server's Node is labelled with the role control-plane; without this flag a taint an earlier start put there is taken off.")
 	fs.StringVar(&o.CNIBridge, "cni-bridge", o.CNIBridge, "Host bridge the pods' interfaces join.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node agent's Node.")
 	fs.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "Address of the Node and of hostNetwork pods; defaults to the advertise address (as root with runc and the API server on loopback, the address up puts on the pods' bridge, the first of --pod-cidr).")

@@ -106,7 +106,7 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return cp.waitFor(ctx, nodeComponent, readyPoll, func(ctx context.Context) (bool, string) {
+	err = cp.waitFor(ctx, nodeComponent, readyPoll, func(ctx context.Context) (bool, string) {
 		n, err := client.CoreV1().Nodes().Get(ctx, cp.opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -116,6 +116,10 @@ func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 		}
 		return false, "Node not Ready"
 	})
+	if err == nil {
+		cp.markControlPlane(ctx, client)
+	}
+	return err
 }
 
 // nodeStopGrace is how long the node agent may take to stop: the default

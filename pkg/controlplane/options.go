@@ -93,6 +93,10 @@ type Options struct {
 	// ClusterResetRestorePath, with ClusterReset, makes the cluster of one
 	// from this etcd snapshot instead of the member's data.
 	ClusterResetRestorePath string
+	// ControlPlaneTaint taints this server's Node so that only pods that
+	// tolerate it run there (ControlPlaneTaint); off, the taint it put
+	// there before is taken off.
+	ControlPlaneTaint bool
 	// CertValidity is how long the leaf certificates up issues are valid;
 	// each is renewed while up runs, at two thirds of it.
 	CertValidity time.Duration

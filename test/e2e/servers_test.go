@@ -298,6 +298,14 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 				return
 			}
 		}
+		// ROLES: control-plane on the servers, none on the worker.
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && slices.Contains(want, f[0]) {
+				if role := map[bool]string{true: "<none>", false: "control-plane"}[f[0] == "w4"]; f[2] != role {
+					t.Errorf("kubectl get nodes %s: %s has the roles %q, want %q", when, f[0], f[2], role)
+				}
+			}
+		}
 	}
 	kubectlAnywhere("with every server up")
 	nodes, _ := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,14 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 	}
 	if got, err := testup.Kubectl(t, ctx, kubeconfig, "create", "namespace", "e2e-persist"); err != nil {
 		t.Fatalf("kubectl create namespace: %v\n%s", err, got)
+	}
+	// The server's Node has the role control-plane, and no taint: pods run
+	// on a single server.
+	if got, err := testup.Kubectl(t, ctx, kubeconfig, "get", "nodes", "--no-headers"); err != nil || !strings.Contains(got, " control-plane ") {
+		t.Errorf("kubectl get nodes: want the role control-plane: %v\n%s", err, got)
+	}
+	if got, err := testup.Kubectl(t, ctx, kubeconfig, "get", "nodes", "-o", "jsonpath={.items[*].spec.taints[*].key}"); err != nil || strings.Contains(got, "node-role.kubernetes.io/control-plane") {
+		t.Errorf("the server's Node is tainted %q (%v); want no control-plane taint without --control-plane-taint", got, err)
 	}
 	if got, err := testup.Kubectl(t, ctx, kubeconfig, "version", "-o", "json"); err != nil || !strings.Contains(got, `"gitVersion": "v1.36`) {
 		t.Errorf("kubectl version: %v\n%s", err, got)
@@ -113,11 +122,15 @@ func TestUpKubectlRestartKeepsObjects(t *testing.T) {
 		t.Errorf("processes left running after up stopped: %v", pids)
 	}
 
-	// Up again on the same directory: the namespace is still there.
-	again := testup.Start(t, bin, dataDir, ports)
+	// Up again on the same directory: the namespace is still there. This
+	// time the server is tainted, for clusters with workers.
+	again := testup.Start(t, bin, dataDir, ports, "--control-plane-taint")
 	again.WaitUp(t, 4*time.Minute)
 	if !strings.Contains(again.Text(), "pki: reusing CA") {
 		t.Errorf("second run did not reuse the CA:\n%s", again.Text())
+	}
+	if got, err := testup.Kubectl(t, ctx, kubeconfig, "get", "nodes", "-o", `jsonpath={range .items[*].spec.taints[*]}{.key}:{.effect} {end}`); err != nil || !slices.Contains(strings.Fields(got), "node-role.kubernetes.io/control-plane:NoSchedule") {
+		t.Errorf("up --control-plane-taint: the Node's taints are %q (%v)", got, err)
 	}
 	if got, err := testup.Kubectl(t, ctx, kubeconfig, "get", "namespace", "e2e-persist", "-o", "name"); err != nil || strings.TrimSpace(got) != "namespace/e2e-persist" {
 		t.Errorf("namespace created before the restart: %v\n%s", err, got)
