@@ -100,7 +100,8 @@ func removeBinaryImageArchives(importDir string) {
 	}
 }
 
-// WaitNodeReady waits until the node agent's Node is registered and Ready.
+// WaitNodeReady waits until the node agent's Node is registered and Ready,
+// then marks it a control-plane node (markControlPlane).
 func (cp *ControlPlane) WaitNodeReady(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -548,9 +549,30 @@ spec: {selector: {app: spread}, ports: [{port: 80, targetPort: 8080}]}
 	// lost, of data that the writes after it will not be in; restored at
 	// the end on the survivor.
 	snapshotter := 3 - walk.reset.host
-	if out, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", "in-snapshot"); err != nil {
-		t.Fatalf("a write before the snapshot: %v\n%s", err, out)
+	written, err := spKubectl(ctx, bin, servers[0].kubeconfig(), "create", "configmap", "in-snapshot", "-o", "jsonpath={.metadata.resourceVersion}")
+	if err != nil {
+		t.Fatalf("a write before the snapshot: %v\n%s", err, written)
 	}
+	// The snapshot is of the member's own data, which may lag the write
+	// by a moment: taken once the member has applied it (its revision).
+	writtenRev, err := strconv.ParseInt(strings.TrimSpace(written), 10, 64)
+	if err != nil {
+		t.Fatalf("the ConfigMap's resourceVersion %q: %v", written, err)
+	}
+	memberCli, err := etcdClient(servers[snapshotter].dataDir, "https://"+servers[snapshotter].ip+":2379")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testup.WaitFor(t, ctx, time.Minute, servers[snapshotter].name+"'s etcd member at the write's revision", func() (bool, string) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resp, err := memberCli.Get(cctx, "/registry/configmaps/default/in-snapshot", clientv3.WithSerializable(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.Header.Revision >= writtenRev, fmt.Sprintf("member at revision %d, the write at %d", resp.Header.Revision, writtenRev)
+	})
+	memberCli.Close()
 	name, args = nw.NSEnter(snapshotter, servers[snapshotter].host, bin, "etcd-snapshot", "save", "--data-dir", servers[snapshotter].dataDir)
 	var saveErr strings.Builder
 	save := exec.CommandContext(ctx, name, args...)
@@ -774,8 +796,18 @@ func restoreOnThreeServers(t *testing.T, ctx context.Context, nw *testenv.Networ
 	testup.WaitFor(t, ctx, 2*time.Minute, "two voting etcd members and both servers' Nodes Ready", func() (bool, string) {
 		m, err := members()
 		ready := testup.ReadyNodes(ctx, client)
-		return err == nil && slices.Equal(m, want) && slices.Contains(ready, lost.name) && slices.Contains(ready, survivor.name),
-			fmt.Sprintf("etcd members %v (%v), Ready nodes %v", m, err, ready)
+		// The snapshot has the lost server's Node Ready already: the
+		// heartbeat must be of its new agent.
+		var beat time.Time
+		if n, err := client.CoreV1().Nodes().Get(ctx, lost.name, metav1.GetOptions{}); err == nil {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					beat = c.LastHeartbeatTime.Time
+				}
+			}
+		}
+		return err == nil && slices.Equal(m, want) && slices.Contains(ready, lost.name) && slices.Contains(ready, survivor.name) && beat.After(begun),
+			fmt.Sprintf("etcd members %v (%v), Ready nodes %v, %s's last heartbeat %v", m, err, ready, lost.name, beat)
 	})
 	if out, err := spKubectl(ctx, bin, lost.kubeconfig(), "get", "configmap", "in-snapshot", "-o", "name"); err != nil || !strings.Contains(out, "configmap/in-snapshot") {
 		t.Errorf("the server that joined again does not read the restored data: %v\n%s", err, out)
