@@ -82,14 +82,27 @@ func Save(ctx context.Context, cfg clientv3.Config, endpoint, dir string, m Meta
 	if err != nil {
 		return m, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	status, err := cli.Status(sctx, endpoint)
+	// A linearizable read through the member first: it answers once the
+	// member has applied everything the cluster committed before, so the
+	// snapshot holds every write acknowledged before the save, on
+	// whichever server it is taken. Without a quorum that read fails, and
+	// the member's own view (its status) is what a snapshot can be.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	read, err := cli.Get(rctx, "steadyplane-snapshot", clientv3.WithCountOnly())
 	cancel()
-	cli.Close()
-	if err != nil {
-		return m, fmt.Errorf("etcd at %s does not answer (is up running on this data directory?): %w", endpoint, err)
+	if err == nil {
+		m.Revision = read.Header.Revision
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		status, serr := cli.Status(sctx, endpoint)
+		cancel()
+		if serr != nil {
+			cli.Close()
+			return m, fmt.Errorf("etcd at %s does not answer (is up running on this data directory?): %w", endpoint, serr)
+		}
+		m.Revision = status.Header.Revision
 	}
-	m.Revision = status.Header.Revision
+	cli.Close()
 	db := m.DB(dir)
 	if m.EtcdVersion, err = etcdsnapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, db); err != nil {
 		return m, fmt.Errorf("etcd snapshot from %s: %w", endpoint, err)

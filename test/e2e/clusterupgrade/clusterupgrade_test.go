@@ -51,9 +51,9 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	if testing.Short() {
 		testci.CannotRun(t, "-short: this test runs three steadyplane up and a node")
 	}
-	testenv.RequireNetwork(t)
-	testimage.RequireBusybox(t)
-	testenv.RequireUnusedRange(t, releaseClusterCIDR)
+	// The hosts run the releases this test builds, not the binary under
+	// test.
+	_, nw, hosts := testup.NetworkCluster(t, 3, 1, releaseClusterCIDR)
 	v1, err := testenv.BinaryOfRelease("v0.9.1")
 	if err != nil {
 		t.Fatal(err)
@@ -69,15 +69,6 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken, err := testenv.BrokenRelease("v0.9.3", info.Kubernetes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nw, err := testenv.NewNetwork(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nw.Close)
-	hosts, err := testenv.ClusterLayout(nw, t.TempDir(), 3, 1, releaseClusterCIDR)
 	if err != nil {
 		t.Fatal(err)
 	}
