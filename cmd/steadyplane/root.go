@@ -39,6 +39,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newNodeCommand(),
 		newContainerExitedCommand(),
 		newReadinessControllerCommand(),
+		newAddonControllersCommand(),
 		newStartupMonitorCommand(),
 		newOperatorCommand(),
 		newInstallerCommand(),

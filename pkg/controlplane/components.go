@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
@@ -183,6 +184,16 @@ func init() {
 			ready:       (*ControlPlane).waitReadinessControllerReady,
 			report: func(_ *ControlPlane, s float64) string {
 				return fmt.Sprintf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", s)
+			}},
+		{name: addonsPod, kind: hostComponent, upgrade: upgradeRestart,
+			prepare:     (*ControlPlane).prepareAddons,
+			enabled:     func(cp *ControlPlane) bool { return cp.Addons != nil },
+			process:     func(cp *ControlPlane) *Process { return cp.Addons },
+			pod:         (*ControlPlane).addonsPodSpec,
+			beforeStart: (*ControlPlane).grantAddonsRBAC,
+			ready:       (*ControlPlane).waitAddonsReady,
+			report: func(cp *ControlPlane, s float64) string {
+				return fmt.Sprintf("add-on controllers leading in %.1fs (%s)", s, strings.Join(cp.opts.addonControllers(), ", "))
 			}},
 	}
 }

@@ -74,7 +74,7 @@ type ControlPlane struct {
 	admissionConfig string
 
 	// The components' processes, nil for those this run does not have.
-	Etcd, APIServer, ControllerManager, Scheduler, Node, Proxy, Readiness *Process
+	Etcd, APIServer, ControllerManager, Scheduler, Node, Proxy, Readiness, Addons *Process
 
 	// nodeRuntime is the node agent's runtime on this machine (runc or
 	// process); staticPods is set when Run runs the control plane as

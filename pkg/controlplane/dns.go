@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
 	"github.com/steadyplane/steadyplane/pkg/join"
@@ -16,7 +17,7 @@ import (
 // it says so and leaves DNS out. Its image is added to the node's store
 // later, off the path to the API server (startDNSImage).
 func (cp *ControlPlane) prepareDNS() error {
-	if !cp.opts.DNS || cp.Node == nil {
+	if !cp.opts.DNS || slices.Contains(cp.opts.Disable, coredns.Name) || cp.Node == nil {
 		return nil
 	}
 	if why := coredns.Missing(coredns.Needs{PodNetwork: cp.nodeRuntime == "runc", Proxy: cp.Proxy != nil,

@@ -131,6 +131,10 @@ type Options struct {
 	ReadinessController bool
 	// ReadinessWebhookPort is the webhook's port on 127.0.0.1.
 	ReadinessWebhookPort int
+	// Disable leaves add-ons out, by name (Disableable): the add-on
+	// controllers ("servicelb") and the cluster's DNS ("coredns", as
+	// DNS false).
+	Disable []string
 	// ExtraAPIServerArgs are appended to the API server's arguments, so they
 	// override steadyplane's choices.
 	ExtraAPIServerArgs []string
@@ -286,6 +290,9 @@ func (o *Options) validate() error {
 	}
 	if o.Node && len(validation.IsDNS1123Subdomain(o.NodeName)) > 0 {
 		errs = append(errs, fmt.Sprintf("--node-name=%q is not a valid node name: %s", o.NodeName, strings.Join(validation.IsDNS1123Subdomain(o.NodeName), "; ")))
+	}
+	if err := validateDisable(o.Disable); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if o.ReadinessController && (o.ReadinessWebhookPort < 1 || o.ReadinessWebhookPort > 65535) {
 		errs = append(errs, fmt.Sprintf("--readiness-webhook-port=%d is not a port", o.ReadinessWebhookPort))

@@ -30,7 +30,7 @@ var startOrder = []stage{
 	{start: []string{proxyComponent}, ready: []string{proxyComponent}},
 	{start: []string{operatorPod}, ready: []string{operatorPod}},
 	{start: []string{dnsComponent}, ready: []string{dnsComponent}},
-	{start: []string{readinessPod}, ready: []string{readinessPod}},
+	{start: []string{readinessPod, addonsPod}, ready: []string{readinessPod, addonsPod}},
 }
 
 // stopOrder is startOrder's components in reverse.

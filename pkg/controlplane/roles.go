@@ -11,13 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/steadyplane/steadyplane/pkg/addons/servicelb"
 )
 
 // ControlPlaneRoleLabel marks a server's Node, as kubeadm and k3s mark
 // theirs: kubectl get nodes shows it as the role control-plane. The node
 // agent cannot set it (NodeRestriction keeps a node from labelling itself
-// with node-role.kubernetes.io/), so up does, as the cluster's admin.
-const ControlPlaneRoleLabel = "node-role.kubernetes.io/control-plane"
+// with node-role.kubernetes.io/), so up does, as the cluster's admin. The
+// load balancers reserve the servers' own ports by it.
+const ControlPlaneRoleLabel = servicelb.ServerLabel
 
 // controlPlaneTaint is the taint up --control-plane-taint puts on a
 // server's Node (kubeadm's): only pods that tolerate it are scheduled
