@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/addonctl"
+	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
 	"github.com/steadyplane/steadyplane/pkg/addons/servicelb"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
@@ -22,8 +23,17 @@ func newAddonControllersCommand() *cobra.Command {
 	o.Identity, _ = os.Hostname()
 	cmd := &cobra.Command{
 		Use:   "addon-controllers",
-		Short: "Run the add-ons' controllers: load balancers on the nodes' addresses",
+		Short: "Run the add-ons' controllers: local volumes, load balancers on the nodes' addresses",
 		Long: `Run the controllers of the cluster's add-ons:
+
+- local-storage: claims of the StorageClasses whose provisioner is
+  ` + localpath.ProvisionerName + ` ("up" makes ` + localpath.DefaultClassName + `, the default class, reclaim Delete,
+  and ` + localpath.RetainClassName + `, reclaim Retain; both WaitForFirstConsumer) get a local
+  PersistentVolume on the node the scheduler chose for their first pod: a directory the
+  node agent makes under its --local-storage-path when asked over the node API
+  (POST/DELETE ` + localpath.VolumesPath + `<pv>, authorized as nodes/volumes; --node-api-ca-file verifies
+  the node), bound to that node by node affinity, of the claim's requested size (not
+  enforced). A Delete volume's directory is removed with it once released.
 
 - servicelb: a Service of type LoadBalancer (with no spec.loadBalancerClass, or
   ` + servicelb.ClassName + `) gets the InternalIPs of the Ready nodes in
@@ -80,6 +90,7 @@ kube-system/` + addonctl.LeaseName + `, and another server's takes over within 1
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, "The controllers to run, of: "+strings.Join(addonctl.Known, ", ")+".")
 	fs.StringArrayVar(&reserved, "reserved-port", nil, "A port steadyplane listens on at every node's address, as name=port/protocol (e.g. kube-proxy-healthz=10256/TCP); no load balancer takes it (repeatable). The node API's port is read from each Node.")
 	fs.StringArrayVar(&reservedOnServers, "reserved-server-port", nil, "Like --reserved-port, on servers' Nodes only (labelled "+servicelb.ServerLabel+"): the API server's and etcd's ports.")
+	fs.StringVar(&o.NodeAPICAFile, "node-api-ca-file", "", "CA of the nodes' API serving certificates (local-storage reaches the nodes there).")
 	fs.StringVar(&nodeSelector, "servicelb-node-selector", "", "Label selector of the nodes whose addresses load balancers get (default: every Ready node).")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "", "Address for Prometheus metrics; empty for none.")
 	fs.BoolVar(&leaderElect, "leader-elect", leaderElect, "Run the controllers only while holding the Lease kube-system/"+addonctl.LeaseName+" (every server runs this process; up turns it on).")

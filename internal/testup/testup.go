@@ -173,6 +173,16 @@ func (p *Up) Stop(t *testing.T) {
 	}
 }
 
+// stopIfRunning is Stop for an up that may have been stopped already.
+func (p *Up) stopIfRunning(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+	default:
+		p.Stop(t)
+	}
+}
+
 // Kubectl runs kubectl with the kubeconfig and returns its combined output.
 func Kubectl(t *testing.T, ctx context.Context, kubeconfig string, args ...string) (string, error) {
 	t.Helper()
@@ -276,6 +286,15 @@ func ReadmeBlock(t *testing.T, heading string) string {
 // the PATH and returns its output, failing the test if the script fails.
 func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (context.Context, string, func(name, script string) string) {
 	t.Helper()
+	ctx, dataDir, run, _ := StartRestartableWalkthrough(t, timeout, upArgs...)
+	return ctx, dataDir, run
+}
+
+// StartRestartableWalkthrough is StartWalkthrough, and a function that
+// stops up and starts it again on the same data directory, as a user
+// restarts it, waiting until it is up.
+func StartRestartableWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (context.Context, string, func(name, script string) string, func()) {
+	t.Helper()
 	bin, dataDir, ports, ctx := Setup(t, timeout)
 	work := filepath.Dir(dataDir)
 	dataDir = filepath.Join(work, ".steadyplane")
@@ -294,15 +313,25 @@ func StartWalkthrough(t *testing.T, timeout time.Duration, upArgs ...string) (co
 	t.Cleanup(undrop)
 	up := Start(t, bin, dataDir, ports, upArgs...)
 	up.WaitUp(t, 4*time.Minute)
-	t.Cleanup(func() { up.Stop(t) })
+	t.Cleanup(func() { up.stopIfRunning(t) })
 	k, err := testenv.Kubectl()
 	if err != nil {
 		t.Fatal(err)
 	}
+	restart := func() {
+		t.Helper()
+		up.Stop(t)
+		up = Start(t, bin, dataDir, ports, upArgs...)
+		up.WaitUp(t, 4*time.Minute)
+		// Start's own cleanup (a kill) runs before the one above: stop
+		// this up first, as a user would.
+		again := up
+		t.Cleanup(func() { again.stopIfRunning(t) })
+	}
 	return ctx, dataDir, func(name, script string) string {
 		t.Helper()
 		return RunScript(t, ctx, name, work, script, filepath.Dir(k))
-	}
+	}, restart
 }
 
 // RunScript runs a walkthrough's bash script in dir, with pathDirs first

@@ -3,12 +3,15 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/addonctl"
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
+	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
+	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -58,7 +61,13 @@ func (cp *ControlPlane) prepareAddons() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"addon-controllers", "--kubeconfig=" + kubeconfig, "--controllers=" + strings.Join(controllers, ","),
+	// Its pod mounts its credentials alone: the nodes' serving CA (a
+	// certificate, not its key) is copied there.
+	nodeCA := filepath.Join(cp.dir.credentials("addon-controllers"), "node-api-ca.crt")
+	if err := atomicfile.WriteFile(nodeCA, cp.pki.KubeletCA.CertPEM, 0o644); err != nil {
+		return err
+	}
+	args := []string{"addon-controllers", "--kubeconfig=" + kubeconfig, "--controllers=" + strings.Join(controllers, ","), "--node-api-ca-file=" + nodeCA,
 		"--leader-elect", "--identity=" + cp.opts.NodeName,
 		// What listens on a node's address: the node API's port is read
 		// from each Node; the others are up's.
@@ -77,14 +86,20 @@ func (cp *ControlPlane) addonsPodSpec(binary string) staticpod.Spec {
 		HostPaths: []staticpod.HostPath{cp.credentialsPath("addon-controllers")}}
 }
 
-// grantAddonsRBAC grants the controllers their RBAC, with the admin
-// credentials.
+// grantAddonsRBAC grants the controllers their RBAC, and makes the
+// local-path StorageClasses when they run, with the admin credentials.
 func (cp *ControlPlane) grantAddonsRBAC(ctx context.Context) error {
 	client, err := cp.adminClient()
 	if err != nil {
 		return err
 	}
-	return addonctl.EnsureRBAC(ctx, client)
+	if err := addonctl.EnsureRBAC(ctx, client); err != nil {
+		return err
+	}
+	if slices.Contains(cp.opts.addonControllers(), addonctl.LocalStorage) {
+		return localpath.EnsureStorageClasses(ctx, client)
+	}
+	return nil
 }
 
 // waitAddonsReady waits until one server's add-on controllers lead.

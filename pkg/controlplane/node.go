@@ -56,6 +56,13 @@ func (cp *ControlPlane) prepareNode() error {
 		"--client-ca-file=" + cp.pki.CA.CertPath, "--image-import-dir=" + cp.dir.imagesDir(), "--registries-config=" + cp.dir.path("registries.yaml"),
 		"--seccomp-default", "--pod-max-pids=" + strconv.Itoa(agent.DefaultPodPidsLimit), "--cluster-domain=" + cp.opts.ClusterDomain,
 		"--stop-pods-on-exit=" + strconv.FormatBool(cp.opts.StopPodsOnExit)}
+	if cp.opts.LocalStoragePath != "" {
+		abs, err := filepath.Abs(cp.opts.LocalStoragePath)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--local-storage-path="+abs)
+	}
 	if cp.opts.NodeRuntime != "process" {
 		// The whole product or a clear stop: what the node needs from
 		// the machine is installed (as root, with apt-get) before the

@@ -131,6 +131,9 @@ type Options struct {
 	ReadinessController bool
 	// ReadinessWebhookPort is the webhook's port on 127.0.0.1.
 	ReadinessWebhookPort int
+	// LocalStoragePath is where the node agent keeps its local volumes
+	// (the local-path StorageClasses'); "" for <data-dir>/node/storage.
+	LocalStoragePath string
 	// Disable leaves add-ons out, by name (Disableable): the add-on
 	// controllers ("servicelb") and the cluster's DNS ("coredns", as
 	// DNS false).

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,29 +17,73 @@ import (
 )
 
 // TestStorageMetricsLoadBalancers runs the README's "Storage, metrics and
-// load balancers" verbatim on "steadyplane up": a LoadBalancer Service gets
-// the node's address and answers there through kube-proxy, from the
-// machine; a second one on the same port stays pending with a
-// PortConflict condition and Event naming the first.
+// load balancers" verbatim on "steadyplane up", with a restart of up where
+// the README says the data outlives one:
+//   - a claim of the default StorageClass is bound to a local volume on the
+//     node, written by one pod and read by the next after the first is
+//     deleted and up restarted; deleting the claim removes the directory
+//     (local-path), or keeps it (local-path-retain);
+//   - a LoadBalancer Service gets the node's address and answers there
+//     through kube-proxy, from the machine; a second one on the same port
+//     stays pending with a PortConflict condition and Event naming the
+//     first.
 func TestStorageMetricsLoadBalancers(t *testing.T) {
 	block := testup.ReadmeBlock(t, "Storage, metrics and load balancers")
-	ctx, dataDir, script := testup.StartWalkthrough(t, 10*time.Minute)
+	const restartAt = "# The data outlives the pod"
+	i := strings.Index(block, restartAt)
+	if i < 0 {
+		t.Fatalf("the walkthrough has no %q step", restartAt)
+	}
+	ctx, dataDir, script, restart := testup.StartRestartableWalkthrough(t, 15*time.Minute)
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dataDir, "admin.kubeconfig"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Nodes().Get(ctx, "steadyplane", metav1.GetOptions{})
+	cs := kubernetes.NewForConfigOrDie(cfg)
+
+	out := script("the README's walkthrough, to the written volume", block[:i])
+	bound := false
+	for _, l := range strings.Split(out, "\n") {
+		// NAME  STATUS  VOLUME  CAPACITY  ACCESS MODES  STORAGECLASS  ...
+		if f := strings.Fields(l); len(f) >= 6 && f[0] == "data" {
+			bound = f[1] == "Bound" && f[3] == "1Gi" && f[5] == "local-path"
+		}
+	}
+	if !bound {
+		t.Errorf("kubectl get pvc data: want Bound, 1Gi, local-path")
+	}
+	pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(dataDir, "node", "storage", pv.Name)
+	if pv.Spec.Local == nil || pv.Spec.Local.Path != dir {
+		t.Fatalf("volume %s: %+v; want a local volume at %s", pv.Name, pv.Spec.PersistentVolumeSource, dir)
+	}
+	written, err := os.ReadFile(filepath.Join(dir, "written"))
+	if err != nil || len(written) == 0 {
+		t.Fatalf("the writer's file on the node: %q, %v", written, err)
+	}
+
+	restart()
+	out = script("the README's walkthrough, after a restart of up", "export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig\n"+block[i:])
+	if !strings.Contains(out, strings.TrimSpace(string(written))) {
+		t.Errorf("the reader did not print what the writer wrote (%q) after the pod's deletion and a restart of up", strings.TrimSpace(string(written)))
+	}
 	nodeIP := ""
+	node, err := cs.CoreV1().Nodes().Get(ctx, "steadyplane", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range node.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			nodeIP = a.Address
 		}
 	}
-
-	out := script("the README's storage, metrics and load balancers walkthrough", block)
 	var external, answered, conflict bool
 	for _, l := range strings.Split(out, "\n") {
 		// NAME  TYPE  CLUSTER-IP  EXTERNAL-IP  PORT(S)  AGE
@@ -50,4 +96,61 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 	if !external || !answered || !conflict {
 		t.Errorf("load balancers: EXTERNAL-IP the node's address %s %v, a pod answered there %v, the second Service's PortConflict names the first %v; want all", nodeIP, external, answered, conflict)
 	}
+
+	// Reclaim Delete: the claim goes, and the volume and its directory
+	// with it.
+	if err := cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testup.WaitFor(t, ctx, time.Minute, "the Delete volume and its directory gone", func() (bool, string) {
+		_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		_, statErr := os.Stat(dir)
+		return apierrors.IsNotFound(err) && os.IsNotExist(statErr), "volume: " + errString(err) + "; directory: " + errString(statErr)
+	})
+
+	// Reclaim Retain: the claim goes, the volume is Released and the data
+	// stays on the node.
+	script("a claim of local-path-retain", `export KUBECONFIG=$PWD/.steadyplane/admin.kubeconfig
+kubectl apply -f - <<'EOF'
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: kept}
+spec: {storageClassName: local-path-retain, accessModes: [ReadWriteOncePod], resources: {requests: {storage: 10Mi}}}
+EOF
+kubectl run keeper --image=busybox:1.36 --restart=Never --overrides='{"spec":{
+  "volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"kept"}}],"containers":[{"name":"keeper",
+  "image":"busybox:1.36","command":["sh","-c","echo kept > /data/file"],"volumeMounts":[{"name":"data","mountPath":"/data"}]}]}}'
+kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/keeper --timeout=120s
+kubectl delete pod keeper
+kubectl delete pvc kept`)
+	kept, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var retained *corev1.PersistentVolume
+	for i := range kept.Items {
+		if kept.Items[i].Spec.StorageClassName == "local-path-retain" {
+			retained = &kept.Items[i]
+		}
+	}
+	if retained == nil || retained.Spec.Local == nil {
+		t.Fatal("no local volume of local-path-retain")
+	}
+	testup.WaitFor(t, ctx, time.Minute, "the Retain volume Released", func() (bool, string) {
+		pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, retained.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return pv.Status.Phase == corev1.VolumeReleased, string(pv.Status.Phase)
+	})
+	if b, err := os.ReadFile(filepath.Join(retained.Spec.Local.Path, "file")); err != nil || string(b) != "kept\n" {
+		t.Errorf("the retained volume's data: %q, %v; want kept", b, err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "there"
+	}
+	return err.Error()
 }

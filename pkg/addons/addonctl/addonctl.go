@@ -2,15 +2,18 @@
 // ("steadyplane addon-controllers"): every server runs one process, and
 // one of them, holding a Lease, runs the controllers (load balancers on
 // node addresses, package servicelb), so that a server's death hands them
-// over within the lease, as the controller manager's do.
+// over within the lease, as the controller manager's do. It runs the
+// local-path provisioner (package localpath) too.
 package addonctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +27,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	provisioncontroller "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+	provisionmetrics "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller/metrics"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
 	"github.com/steadyplane/steadyplane/pkg/addons/servicelb"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
 	"github.com/steadyplane/steadyplane/pkg/leader"
@@ -32,14 +38,18 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
 
-// The controllers, by the names --controllers and up's --disable use.
+// The controllers, by the names --controllers and up's --disable use (as
+// k3s names them).
 const (
 	// ServiceLB gives LoadBalancer Services the Ready nodes' addresses.
 	ServiceLB = "servicelb"
+	// LocalStorage provisions node-local volumes for the local-path
+	// StorageClasses.
+	LocalStorage = "local-storage"
 )
 
 // Known lists the controllers this release has.
-var Known = []string{ServiceLB}
+var Known = []string{LocalStorage, ServiceLB}
 
 // Options configure the add-on controllers.
 type Options struct {
@@ -56,6 +66,9 @@ type Options struct {
 	Reserved []servicelb.Reserved
 	// NodeSelector, when not nil, limits load balancers to these nodes.
 	NodeSelector labels.Selector
+	// NodeAPICAFile is the CA of the nodes' API serving certificates: the
+	// local-path provisioner asks nodes for volume directories there.
+	NodeAPICAFile string
 }
 
 // Validate says what is wrong with o.
@@ -67,6 +80,9 @@ func (o Options) Validate() error {
 	}
 	if len(o.Controllers) == 0 {
 		return fmt.Errorf("--controllers: none given (of %s)", strings.Join(Known, ", "))
+	}
+	if slices.Contains(o.Controllers, LocalStorage) && o.NodeAPICAFile == "" {
+		return errors.New("--node-api-ca-file is required by " + LocalStorage + ": it reaches the nodes' API")
 	}
 	return nil
 }
@@ -104,6 +120,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			Recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "steadyplane-servicelb"})}
 		runs = append(runs, lb.Run)
 	}
+	if slices.Contains(o.Controllers, LocalStorage) {
+		run, err := localStorage(ctx, client, cfg, o, reg)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, run)
+	}
 	work := func(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -136,9 +159,45 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 }
 
+// localStorage makes the local-path provisioner: the upstream library's
+// controller without its own election (Run holds the Lease), its metrics
+// in reg, asking nodes for directories over their API with this
+// process's client certificate.
+func localStorage(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, o Options, reg prometheus.Registerer) (func(context.Context) error, error) {
+	// Only the certificate of cfg: the nodes' API is no API server, and
+	// its certificates are of their own CA. Files are read again when
+	// up renews them.
+	nodeCfg := &rest.Config{Timeout: 30 * time.Second, TLSClientConfig: rest.TLSClientConfig{
+		CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData, CAFile: o.NodeAPICAFile}}
+	httpClient, err := rest.HTTPClientFor(nodeCfg)
+	if err != nil {
+		return nil, fmt.Errorf("the nodes' API: %w", err)
+	}
+	p := &localpath.Provisioner{HTTP: httpClient, Node: func(ctx context.Context, name string) (*corev1.Node, error) {
+		return client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}}
+	m := provisionmetrics.New("steadyplane_local_path")
+	reg.MustRegister(m.PersistentVolumeClaimProvisionTotal, m.PersistentVolumeClaimProvisionFailedTotal, m.PersistentVolumeClaimProvisionDurationSeconds,
+		m.PersistentVolumeDeleteTotal, m.PersistentVolumeDeleteFailedTotal, m.PersistentVolumeDeleteDurationSeconds)
+	return func(ctx context.Context) error {
+		// Made when leading: the controller's queues and informers are
+		// for one run.
+		ctrl := provisioncontroller.NewProvisionController(ctx, client, localpath.ProvisionerName, p,
+			provisioncontroller.LeaderElection(false), provisioncontroller.MetricsInstance(m),
+			// A volume released while its node is down is removed once
+			// the node is back, however long that takes.
+			provisioncontroller.FailedDeleteThreshold(0), provisioncontroller.AddFinalizer(true),
+			provisioncontroller.RetryIntervalMax(time.Minute))
+		ctrl.Run(ctx)
+		return nil
+	}, nil
+}
+
 // ClusterRole is what the controllers do: watch Services, Nodes, Pods
 // (their hostPorts) and EndpointSlices, write Services' status, and say
-// why in Events.
+// why in Events; provision PersistentVolumes for claims of the local-path
+// classes (the claim's annotations, the volume's finalizer), and ask
+// nodes for their directories (nodes/volumes on the node API).
 func ClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Labels: rbacutil.ManagedBy},
@@ -147,6 +206,10 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update", "patch"}},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes/volumes"}, Verbs: []string{"create", "delete"}},
 		},
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
 
@@ -124,6 +125,10 @@ type Options struct {
 	// ClusterDomain is the cluster's DNS domain (cluster.local): pods'
 	// search path and subdomains.
 	ClusterDomain string
+	// LocalStoragePath holds the directories of the node's local volumes
+	// (the local-path StorageClasses'), made and removed through the node
+	// API; "" for <RootDir>/storage.
+	LocalStoragePath string
 	// ResolverConfig is the node's resolver file, which Default pods get
 	// and ClusterFirst pods' search path extends ("" for none).
 	ResolverConfig string
@@ -319,7 +324,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.APIAddress != "" {
 		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
 			ClientCAFile: a.opts.ClientCAFile, NodeName: a.opts.NodeName, Client: a.client,
-			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReleaseDir: releaseDir()}, nodeAPIHost{a})
+			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReleaseDir: releaseDir(),
+			LocalVolumes: &localpath.Store{Root: a.localStoragePath()}}, nodeAPIHost{a})
 		if err != nil {
 			return err
 		}
@@ -418,6 +424,14 @@ func checkLoopback(address string) error {
 // releaseDir is where the binaries this node installed are, served to the
 // nodes that move to one of them: the directory of the installed copy the
 // agent runs, "" when it runs another file (go run, a test's build).
+// localStoragePath is where the node's local volumes are.
+func (a *Agent) localStoragePath() string {
+	if a.opts.LocalStoragePath != "" {
+		return a.opts.LocalStoragePath
+	}
+	return filepath.Join(a.opts.RootDir, "storage")
+}
+
 func releaseDir() string {
 	self, err := os.Executable()
 	if err != nil || !strings.HasPrefix(filepath.Base(self), binary.Prefix) {

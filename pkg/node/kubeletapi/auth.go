@@ -19,14 +19,14 @@ import (
 
 // Attributes is what a request to the node's API asks for, as the kubelet
 // names it for authorization: a verb on a subresource of the Node (log,
-// metrics, stats, pods, healthz, releases (steadyplane's), or proxy for exec, attach, port-forward and
+// metrics, stats, pods, healthz, releases and volumes (steadyplane's), or proxy for exec, attach, port-forward and
 // the rest), so that RBAC rules written for the kubelet apply unchanged.
 func Attributes(u user.Info, method, path, nodeName string) authorizer.Attributes {
 	verb := map[string]string{http.MethodPost: "create", http.MethodGet: "get", http.MethodHead: "get",
 		http.MethodPut: "update", http.MethodPatch: "patch", http.MethodDelete: "delete"}[method]
 	subresource := "proxy"
 	for _, p := range []struct{ prefix, subresource string }{
-		{"/stats", "stats"}, {"/metrics", "metrics"}, {"/logs", "log"}, {"/healthz", "healthz"}, {"/pods", "pods"}, {"/releases", "releases"},
+		{"/stats", "stats"}, {"/metrics", "metrics"}, {"/logs", "log"}, {"/healthz", "healthz"}, {"/pods", "pods"}, {"/releases", "releases"}, {"/volumes", "volumes"},
 	} {
 		if path == p.prefix || strings.HasPrefix(path, p.prefix+"/") {
 			subresource = p.subresource

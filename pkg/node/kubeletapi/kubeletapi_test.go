@@ -44,6 +44,8 @@ func TestAttributes(t *testing.T) {
 		{"GET", "/metricsfoo", "get", "proxy"},
 		{"DELETE", "/pods", "delete", "pods"},
 		{"GET", "/releases/sha256:00", "get", "releases"},
+		{"POST", "/volumes/local/pvc-1", "create", "volumes"},
+		{"DELETE", "/volumes/local/pvc-1", "delete", "volumes"},
 	} {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			a := Attributes(u, tt.method, tt.path, "n1")

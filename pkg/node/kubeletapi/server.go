@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -81,6 +82,10 @@ type Options struct {
 	// takes one handed in (PUT, as steadyplane upgrade --kubeconfig does
 	// through the API server's node proxy); "" for none.
 	ReleaseDir string
+	// LocalVolumes makes and removes the directories of the local-path
+	// provisioner's volumes (POST and DELETE /volumes/local/<pv>,
+	// authorized as create and delete on nodes/volumes); nil for none.
+	LocalVolumes *localpath.Store
 	// StreamIdleTimeout closes an exec, attach or port-forward stream
 	// idle that long (the kubelet's default: 4h).
 	StreamIdleTimeout time.Duration
@@ -161,6 +166,10 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET /releases/{digest}", s.release)
 		mux.HandleFunc("PUT /releases/{digest}", s.receiveRelease)
 	}
+	if s.opts.LocalVolumes != nil {
+		mux.HandleFunc("POST "+localpath.VolumesPath+"{pv}", s.createLocalVolume)
+		mux.HandleFunc("DELETE "+localpath.VolumesPath+"{pv}", s.removeLocalVolume)
+	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{uid}/{container}", s.exec)
@@ -240,4 +249,38 @@ func (s *Server) receiveRelease(w http.ResponseWriter, r *http.Request) {
 	served()
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, "%s installed (%s)\n", digest, filepath.Base(path))
+}
+
+// createLocalVolume makes the directory of a local volume, named by its
+// PersistentVolume, and says where it is and how much room its
+// filesystem has.
+func (s *Server) createLocalVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := s.opts.LocalVolumes.Create(r.PathValue("pv"))
+	if errors.Is(err, localpath.ErrBadName) {
+		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
+		return
+	}
+	klog.InfoS("Local volume made", "pv", r.PathValue("pv"), "path", v.Path)
+	served()
+	localstatus.WriteJSON(w, v)
+}
+
+// removeLocalVolume deletes the directory of a local volume and its data.
+func (s *Server) removeLocalVolume(w http.ResponseWriter, r *http.Request) {
+	err := s.opts.LocalVolumes.Remove(r.PathValue("pv"))
+	if errors.Is(err, localpath.ErrBadName) {
+		fail(w, err, http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
+		return
+	}
+	klog.InfoS("Local volume removed", "pv", r.PathValue("pv"))
+	served()
+	localstatus.WriteJSON(w, struct{}{})
 }

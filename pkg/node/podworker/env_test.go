@@ -39,6 +39,14 @@ func (f fakeSource) Secret(_ context.Context, _, name string) (*corev1.Secret, e
 	return &corev1.Secret{Data: d}, nil
 }
 
+func (f fakeSource) PersistentVolumeClaim(_ context.Context, _, name string) (*corev1.PersistentVolumeClaim, error) {
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, name)
+}
+
+func (f fakeSource) PersistentVolume(_ context.Context, name string) (*corev1.PersistentVolume, error) {
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumes"}, name)
+}
+
 func (f fakeSource) Token(context.Context, string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return nil, errors.New("no tokens here")
 }

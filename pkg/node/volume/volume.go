@@ -1,6 +1,7 @@
 // Package volume makes a pod's volumes on the node: hostPath, emptyDir,
 // configMap, secret, downwardAPI and projected (service-account token,
-// configMap, secret, downwardAPI), written with upstream's atomic writer
+// configMap, secret, downwardAPI), claims of local and hostPath
+// PersistentVolumes (bind-mounted as a hostPath), written with upstream's atomic writer
 // and payload functions so that files, modes and updates are the kubelet's;
 // and image volumes, through the node's image store (ImageMounter).
 // Any other kind of volume is refused with a message, never ignored.
@@ -45,6 +46,11 @@ type Source interface {
 	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 	// Token asks for a service-account token bound to the pod.
 	Token(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
+	// PersistentVolumeClaim and PersistentVolume read a claim of the pod's
+	// and the volume bound to it (the Node authorizer lets a node read
+	// those of its pods).
+	PersistentVolumeClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	PersistentVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error)
 }
 
 // Check returns an error wrapping ErrUnsupported if pod has a volume of a
@@ -52,7 +58,7 @@ type Source interface {
 func Check(pod *corev1.Pod) error {
 	for _, v := range pod.Spec.Volumes {
 		if kind := unsupported(v.VolumeSource); kind != "" {
-			return fmt.Errorf("%w: volume %q is of kind %s; the steadyplane node agent makes hostPath, emptyDir, configMap, secret, downwardAPI, projected and image volumes", ErrUnsupported, v.Name, kind)
+			return fmt.Errorf("%w: volume %q is of kind %s; the steadyplane node agent makes hostPath, emptyDir, configMap, secret, downwardAPI, projected, image volumes and claims of local or hostPath volumes", ErrUnsupported, v.Name, kind)
 		}
 	}
 	return nil
@@ -62,10 +68,8 @@ func unsupported(s corev1.VolumeSource) string {
 	switch {
 	case s.HostPath != nil, s.EmptyDir != nil, s.ConfigMap != nil, s.Secret != nil, s.DownwardAPI != nil:
 		return ""
-	case s.Projected != nil, s.Image != nil:
+	case s.Projected != nil, s.Image != nil, s.PersistentVolumeClaim != nil:
 		return ""
-	case s.PersistentVolumeClaim != nil:
-		return "persistentVolumeClaim"
 	case s.CSI != nil:
 		return "csi"
 	case s.Ephemeral != nil:
@@ -122,6 +126,8 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 		switch s := vol.VolumeSource; {
 		case s.HostPath != nil:
 			p, err = hostPath(s.HostPath)
+		case s.PersistentVolumeClaim != nil:
+			p, err = v.claimPath(ctx, s.PersistentVolumeClaim.ClaimName)
 		case s.Image != nil:
 			if v.MountImage == nil {
 				return fmt.Errorf("%w: volume %q is an image volume, which needs a node that runs containers from images (--runtime=runc)", ErrUnsupported, vol.Name)
@@ -148,6 +154,42 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 		v.paths[vol.Name] = p
 	}
 	return nil
+}
+
+// claimPath is the directory on this node of the volume bound to the
+// pod's claim: a local volume's path, or a hostPath volume's (checked as
+// a hostPath volume is). A local volume's directory must exist: made
+// again empty, it would hide that the data is gone.
+func (v *Volumes) claimPath(ctx context.Context, claim string) (string, error) {
+	pvc, err := v.src.PersistentVolumeClaim(ctx, v.pod.Namespace, claim)
+	if err != nil {
+		return "", fmt.Errorf("claim %s: %w", claim, err)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return "", fmt.Errorf("claim %s is being deleted", claim)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("claim %s is %s, not bound to a volume yet", claim, pvc.Status.Phase)
+	}
+	pv, err := v.src.PersistentVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil {
+		return "", fmt.Errorf("claim %s: volume %s: %w", claim, pvc.Spec.VolumeName, err)
+	}
+	switch {
+	case pv.Spec.Local != nil:
+		p := filepath.Clean(pv.Spec.Local.Path)
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("claim %s: local volume %s: %w", claim, pv.Name, err)
+		}
+		if !st.IsDir() {
+			return "", fmt.Errorf("claim %s: local volume %s: %s is not a directory (block volumes are not supported)", claim, pv.Name, p)
+		}
+		return p, nil
+	case pv.Spec.HostPath != nil:
+		return hostPath(pv.Spec.HostPath)
+	}
+	return "", fmt.Errorf("%w: claim %s is bound to volume %s, which is neither local nor hostPath", ErrUnsupported, claim, pv.Name)
 }
 
 // mountMemory makes p a tmpfs, unless it is a mount point already: the
@@ -457,12 +499,14 @@ func (v *Volumes) subPath(root string, m corev1.VolumeMount, container string, i
 }
 
 // readOnlyVolume: API-made volumes and image volumes are read-only in the
-// container, as the kubelet mounts them.
+// container, as the kubelet mounts them, and a claim the pod names
+// read-only.
 func (v *Volumes) readOnlyVolume(name string) bool {
 	for _, vol := range v.pod.Spec.Volumes {
 		if vol.Name == name {
 			s := vol.VolumeSource
-			return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil || s.Image != nil
+			return s.ConfigMap != nil || s.Secret != nil || s.DownwardAPI != nil || s.Projected != nil || s.Image != nil ||
+				s.PersistentVolumeClaim != nil && s.PersistentVolumeClaim.ReadOnly
 		}
 	}
 	return false
@@ -479,6 +523,16 @@ func (c ClientSource) ConfigMap(ctx context.Context, ns, name string) (*corev1.C
 // Secret implements Source.
 func (c ClientSource) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
 	return c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// PersistentVolumeClaim implements Source.
+func (c ClientSource) PersistentVolumeClaim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	return c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// PersistentVolume implements Source.
+func (c ClientSource) PersistentVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
+	return c.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 }
 
 // Token implements Source.

@@ -33,7 +33,7 @@ func TestCheck(t *testing.T) {
 		{corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}, false},
 		{corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}, false},
 		{corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "data:v1"}}, false},
-		{corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, true},
+		{corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}, false},
 		{corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{}}, true},
 		{corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{}}, true},
 		{corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{}}, true},
@@ -301,10 +301,27 @@ func TestSecretVolumesInMemory(t *testing.T) {
 	}
 }
 
-// staticSource serves one secret and one configMap.
+// staticSource serves one secret, one configMap, one claim and one
+// PersistentVolume.
 type staticSource struct {
 	secret    *corev1.Secret
 	configMap *corev1.ConfigMap
+	claim     *corev1.PersistentVolumeClaim
+	volume    *corev1.PersistentVolume
+}
+
+func (s staticSource) PersistentVolumeClaim(_ context.Context, _, name string) (*corev1.PersistentVolumeClaim, error) {
+	if s.claim != nil && s.claim.Name == name {
+		return s.claim, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), name)
+}
+
+func (s staticSource) PersistentVolume(_ context.Context, name string) (*corev1.PersistentVolume, error) {
+	if s.volume != nil && s.volume.Name == name {
+		return s.volume, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("persistentvolumes"), name)
 }
 
 func (s staticSource) ConfigMap(_ context.Context, _, name string) (*corev1.ConfigMap, error) {
@@ -323,4 +340,66 @@ func (s staticSource) Secret(_ context.Context, _, name string) (*corev1.Secret,
 
 func (s staticSource) Token(context.Context, string, string, *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 	return nil, errors.New("no tokens here")
+}
+
+// TestClaimVolumes: a claim's volume is the bound local (or hostPath)
+// volume's directory, mounted read-only when the pod says so; a claim
+// not bound yet, a directory gone, or a volume of another kind is an
+// error, never an empty directory made in its place.
+func TestClaimVolumes(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "pvc-1")
+	if err := os.Mkdir(data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bound := func(phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pvc-1"},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
+	}
+	pv := func(src corev1.PersistentVolumeSource) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: src}}
+	}
+	for _, tc := range []struct {
+		name     string
+		src      staticSource
+		readOnly bool
+		want     string // the path, or a piece of the error
+		ok       bool
+	}{
+		{name: "local", src: staticSource{claim: bound(corev1.ClaimBound), volume: pv(corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: data}})}, want: data, ok: true},
+		{name: "read-only", src: staticSource{claim: bound(corev1.ClaimBound), volume: pv(corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: data}})}, readOnly: true, want: data, ok: true},
+		{name: "hostPath", src: staticSource{claim: bound(corev1.ClaimBound), volume: pv(corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: data}})}, want: data, ok: true},
+		{name: "pending", src: staticSource{claim: bound(corev1.ClaimPending)}, want: "not bound to a volume yet"},
+		{name: "no claim", src: staticSource{}, want: "not found"},
+		{name: "directory gone", src: staticSource{claim: bound(corev1.ClaimBound), volume: pv(corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: filepath.Join(dir, "gone")}})}, want: "no such file or directory"},
+		{name: "nfs", src: staticSource{claim: bound(corev1.ClaimBound), volume: pv(corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "x", Path: "/"}})}, want: "neither local nor hostPath"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: corev1.PodSpec{
+				Volumes:    []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: tc.readOnly}}}},
+				Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/data"}}}},
+			}}
+			v := New(pod, t.TempDir(), tc.src, nil)
+			err := v.Setup(context.Background(), time.Now(), false)
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("Setup: %v; want an error with %q", err, tc.want)
+				}
+				if _, statErr := os.Stat(filepath.Join(dir, "gone")); statErr == nil {
+					t.Error("the missing directory was made again")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mounts, err := v.Mounts(&pod.Spec.Containers[0], false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(mounts) != 1 || mounts[0].Source != tc.want || mounts[0].ReadOnly != tc.readOnly {
+				t.Errorf("mounts %+v; want %s at /data, read-only %v", mounts, tc.want, tc.readOnly)
+			}
+		})
+	}
 }
