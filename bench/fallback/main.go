@@ -192,9 +192,9 @@ func run(ctx context.Context, runs int, timeout time.Duration, only string) erro
 			repairs = append(repairs, s.repair)
 		}
 		fmt.Printf("  %-15s median %5.1fs worst %5.1fs   (fallback recorded: median %5.1fs worst %5.1fs)\n",
-			k.reason, median(out).Seconds(), slices.Max(out).Seconds(), median(rec).Seconds(), slices.Max(rec).Seconds())
+			k.reason, testenv.Median(out).Seconds(), slices.Max(out).Seconds(), testenv.Median(rec).Seconds(), slices.Max(rec).Seconds())
 	}
-	fmt.Printf("  %-15s median %5.1fs worst %5.1fs   (%d good rollouts)\n", "good rollout", median(repairs).Seconds(), slices.Max(repairs).Seconds(), len(repairs))
+	fmt.Printf("  %-15s median %5.1fs worst %5.1fs   (%d good rollouts)\n", "good rollout", testenv.Median(repairs).Seconds(), slices.Max(repairs).Seconds(), len(repairs))
 	return nil
 }
 
@@ -219,10 +219,4 @@ func waitFor(ctx context.Context, api v1alpha1.Client, timeout time.Duration, ok
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

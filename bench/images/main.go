@@ -15,7 +15,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/internal/testimage"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
 )
@@ -114,10 +114,10 @@ func run(sizeMiB, rounds int) error {
 		imp = append(imp, time.Since(start))
 	}
 	fmt.Printf("image of %d MiB in 4 layers, median of %d runs each:\n", sizeMiB, rounds)
-	fmt.Printf("  unpack into a fresh store:           %v (%.0f MiB/s)\n", median(unpack), float64(sizeMiB)/median(unpack).Seconds())
-	fmt.Printf("  pull from a registry on 127.0.0.1:   %v\n", median(pull))
-	fmt.Printf("  import a docker-save archive:        %v\n", median(imp))
-	fmt.Printf("  a second image of the same layers:   %v\n", median(shared))
+	fmt.Printf("  unpack into a fresh store:           %v (%.0f MiB/s)\n", testenv.Median(unpack).Round(time.Millisecond), float64(sizeMiB)/testenv.Median(unpack).Round(time.Millisecond).Seconds())
+	fmt.Printf("  pull from a registry on 127.0.0.1:   %v\n", testenv.Median(pull).Round(time.Millisecond))
+	fmt.Printf("  import a docker-save archive:        %v\n", testenv.Median(imp).Round(time.Millisecond))
+	fmt.Printf("  a second image of the same layers:   %v\n", testenv.Median(shared).Round(time.Millisecond))
 	return nil
 }
 
@@ -143,10 +143,4 @@ func randomImage(sizeMiB int) (v1.Image, error) {
 		}
 	}
 	return img, nil
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2].Round(time.Millisecond)
 }

@@ -18,7 +18,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/etcd"
 	"github.com/steadyplane/steadyplane/pkg/etcd/snapshot"
 )
@@ -110,17 +110,11 @@ func run(objects, valueBytes, runs int) error {
 		saves, restores = append(saves, save), append(restores, verify+prepare+start)
 		fmt.Printf("%-4d %-8s %-9s %-8s %-8s %s\n", r+1, ms(save), fmt.Sprintf("%.1f MB", float64(m.Size)/1e6), ms(verify), ms(prepare), ms(start))
 	}
-	fmt.Printf("\nmedian: save %s, restore (verify + prepare + first start) %s\n", ms(median(saves)), ms(median(restores)))
+	fmt.Printf("\nmedian: save %s, restore (verify + prepare + first start) %s\n", ms(testenv.Median(saves)), ms(testenv.Median(restores)))
 	return nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 func countKeys(ctx context.Context, endpoint string) (int, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
@@ -174,4 +175,12 @@ func IsLoopbackURL(u string) bool {
 	}
 	ip := net.ParseIP(parsed.Hostname())
 	return ip != nil && ip.IsLoopback()
+}
+
+// Median is the middle of ds (the upper one of an even count), for the
+// benchmark programs' figures; ds must not be empty.
+func Median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

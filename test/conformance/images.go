@@ -34,7 +34,7 @@ type suiteImage struct {
 // the same; busybox with bash as sh; nginx as busybox's httpd serving port
 // 80 (the tests only reach it over HTTP);
 // pause as agnhost's pause; kitten and nautilus as agnhost's test-webserver
-// with their files (and an os-release naming their Alpine base);
+// with each one's own files (and an os-release naming their Alpine base);
 // nonewprivs with its setuid program; nonroot as busybox with USER 1234.
 func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	busybox, err := testimage.Busybox()
@@ -125,21 +125,29 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	var webFiles []testimage.File
-	for _, f := range []string{"kitten.jpg", "data.json"} {
-		b, err := os.ReadFile(filepath.Join(k8sSrc, "test/images/kitten/html", f))
+	// kitten and nautilus serve their own html/ (the Update Demo tests
+	// read which image answers from data.json); the image-volume test
+	// reads the image's /etc/os-release and looks for the name of the
+	// Alpine base the upstream image has.
+	webservers := map[string]v1.Image{}
+	for _, name := range []string{"kitten", "nautilus"} {
+		html := filepath.Join(k8sSrc, "test/images", name, "html")
+		entries, err := os.ReadDir(html)
 		if err != nil {
 			return nil, err
 		}
-		webFiles = append(webFiles, testimage.File{Name: f, Mode: 0o644, Body: b})
-	}
-	// The image-volume test reads the image's /etc/os-release and looks for
-	// the name of the Alpine base the upstream image has.
-	webFiles = append(webFiles, testimage.File{Name: "etc/os-release", Mode: 0o644,
-		Body: []byte("NAME=\"steadyplane conformance image\"\nPRETTY_NAME=\"steadyplane's stand-in for the kitten image on Alpine Linux\"\n")})
-	webserver, err := on(agnhostImg, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, webFiles...)
-	if err != nil {
-		return nil, err
+		webFiles := []testimage.File{{Name: "etc/os-release", Mode: 0o644,
+			Body: []byte("NAME=\"steadyplane conformance image\"\nPRETTY_NAME=\"steadyplane's stand-in for the " + name + " image on Alpine Linux\"\n")}}
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(html, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			webFiles = append(webFiles, testimage.File{Name: e.Name(), Mode: 0o644, Body: b})
+		}
+		if webservers[name], err = on(agnhostImg, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, webFiles...); err != nil {
+			return nil, err
+		}
 	}
 	nginx, err := on(busybox, v1.Config{Cmd: []string{"httpd", "-f", "-v", "-p", "80", "-h", "/usr/share/nginx/html"}},
 		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/share/", Mode: 0o755},
@@ -173,8 +181,8 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		{"e2e-test-images/busybox:1.37.0-1", busyboxBash},
 		{"e2e-test-images/nginx:1.15-4", nginx},
 		{"e2e-test-images/nginx:1.27-0", nginx},
-		{"e2e-test-images/kitten:1.8", webserver},
-		{"e2e-test-images/nautilus:1.8", webserver},
+		{"e2e-test-images/kitten:1.8", webservers["kitten"]},
+		{"e2e-test-images/nautilus:1.8", webservers["nautilus"]},
 		{"e2e-test-images/nonewprivs:1.4", nonewprivs},
 		{"e2e-test-images/nonroot:1.5", nonroot},
 		{"e2e-test-images/glibc-dns-testing:2.0.0", dnsTesting},

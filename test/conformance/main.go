@@ -46,9 +46,8 @@ import (
 	"github.com/steadyplane/steadyplane/internal/testenv"
 )
 
-// defaultFocus is the node, apps, API machinery and network conformance
-// tests.
-const defaultFocus = `\[sig-(node|apps|api-machinery|network)\].*\[Conformance\]`
+// defaultFocus is every conformance test.
+const defaultFocus = `\[Conformance\]`
 
 // serviceCIDR is the run's service range; run refuses it when a route
 // on the machine already covers part of it.

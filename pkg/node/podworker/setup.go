@@ -91,6 +91,7 @@ func (w *Worker) setupPod(ctx context.Context, pod *corev1.Pod, now time.Time) e
 		w.setup.volumes.MountImage = w.imageVolumes(pod)
 		w.setup.volumes.MemoryBacked = w.node.Runtime.Isolated()
 	}
+	w.setup.volumes.SetPod(pod)
 	refresh := now.Sub(w.setup.volumesAt) >= volumeRefresh
 	if err := w.setup.volumes.Setup(ctx, now, refresh); err != nil {
 		if errors.Is(err, volume.ErrUnsupported) {

@@ -27,7 +27,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/kubernetes/pkg/api/v1/resource"
+	volumepkg "k8s.io/kubernetes/pkg/volume"
 	"k8s.io/kubernetes/pkg/volume/configmap"
 	"k8s.io/kubernetes/pkg/volume/downwardapi"
 	"k8s.io/kubernetes/pkg/volume/secret"
@@ -128,6 +130,9 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 			p, err = hostPath(s.HostPath)
 		case s.PersistentVolumeClaim != nil:
 			p, err = v.claimPath(ctx, s.PersistentVolumeClaim.ClaimName)
+			if err == nil && !made {
+				err = v.setOwnership(p, s.PersistentVolumeClaim.ReadOnly)
+			}
 		case s.Image != nil:
 			if v.MountImage == nil {
 				return fmt.Errorf("%w: volume %q is an image volume, which needs a node that runs containers from images (--runtime=runc)", ErrUnsupported, vol.Name)
@@ -138,6 +143,12 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 			p = filepath.Join(v.dir, "empty-dir", vol.Name)
 			if err = os.MkdirAll(p, 0o777); err == nil {
 				err = os.Chmod(p, 0o777) // any user of the pod writes there, as with the kubelet
+			}
+			if err == nil && !made && s.EmptyDir.Medium == corev1.StorageMediumMemory {
+				err = v.mountMemoryDir(p, s.EmptyDir)
+			}
+			if err == nil && !made {
+				err = v.setOwnership(p, false)
 			}
 		default:
 			p = filepath.Join(v.dir, "api", vol.Name)
@@ -190,6 +201,85 @@ func (v *Volumes) claimPath(ctx context.Context, claim string) (string, error) {
 		return hostPath(pv.Spec.HostPath)
 	}
 	return "", fmt.Errorf("%w: claim %s is bound to volume %s, which is neither local nor hostPath", ErrUnsupported, claim, pv.Name)
+}
+
+// SetPod gives the volumes the pod as the API has it now: downward API
+// files follow its labels and annotations at the next refresh.
+func (v *Volumes) SetPod(pod *corev1.Pod) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pod = pod
+}
+
+// setOwnership gives the pod's fsGroup the files of a volume at p, group
+// readable (and writable unless readOnly), with upstream's own walk (its
+// fsGroupChangePolicy honoured); nothing without an fsGroup.
+func (v *Volumes) setOwnership(p string, readOnly bool) error {
+	sc := v.pod.Spec.SecurityContext
+	if sc == nil || sc.FSGroup == nil {
+		return nil
+	}
+	return volumepkg.NewVolumeOwnership(ownedDir{path: p, readOnly: readOnly}, p, sc.FSGroup, sc.FSGroupChangePolicy, nil).ChangePermissions()
+}
+
+// ownedDir is what upstream's ownership walk asks of a volume: its
+// path and whether it is mounted read-only.
+type ownedDir struct {
+	path     string
+	readOnly bool
+}
+
+var _ volumepkg.Mounter = ownedDir{}
+
+func (d ownedDir) GetPath() string { return d.path }
+
+func (d ownedDir) GetAttributes() volumepkg.Attributes {
+	return volumepkg.Attributes{ReadOnly: d.readOnly}
+}
+
+func (ownedDir) GetMetrics() (*volumepkg.Metrics, error) {
+	return nil, errors.New("not measured")
+}
+
+func (ownedDir) SetUp(volumepkg.MounterArgs) error { return errors.New("not a volume plugin") }
+
+func (ownedDir) SetUpAt(string, volumepkg.MounterArgs) error {
+	return errors.New("not a volume plugin")
+}
+
+// mountMemoryDir makes an emptyDir of medium Memory a tmpfs, as the
+// kubelet does: its files are memory, charged to the pod's containers
+// that write them, of at most its sizeLimit, or else the pod's memory
+// limit, or else the node's allocatable memory. On a node that does not
+// isolate its pods (no root) it stays a directory on disk.
+func (v *Volumes) mountMemoryDir(p string, s *corev1.EmptyDirVolumeSource) error {
+	if !v.MemoryBacked {
+		return nil
+	}
+	if mounted, err := mountinfo.Mounted(p); err != nil || mounted {
+		return err
+	}
+	// Files there already are a running pod's, from an agent that kept
+	// this medium on disk: a tmpfs over them would hide them from its
+	// containers' next start.
+	if entries, err := os.ReadDir(p); err != nil || len(entries) > 0 {
+		return err
+	}
+	size := v.allocatable.Memory().Value()
+	if limit, ok := resourcehelper.PodLimits(v.pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceMemory]; ok && !limit.IsZero() {
+		size = limit.Value()
+	}
+	if s.SizeLimit != nil && !s.SizeLimit.IsZero() && (size == 0 || s.SizeLimit.Value() < size) {
+		size = s.SizeLimit.Value()
+	}
+	opts := "mode=0777"
+	if size > 0 {
+		opts += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("a tmpfs at %s: %w", p, err)
+	}
+	return nil
 }
 
 // mountMemory makes p a tmpfs, unless it is a mount point already: the
@@ -277,7 +367,10 @@ func (v *Volumes) writeAPIVolume(ctx context.Context, vol corev1.Volume, p strin
 	if err != nil {
 		return err
 	}
-	if err := w.Write(payload, nil); err != nil {
+	// The whole volume, each time: a first write makes files outside the
+	// timestamped directory too (as the kubelet's volumes do).
+	setPerms := func(string) error { return v.setOwnership(p, true) }
+	if err := w.Write(payload, setPerms); err != nil {
 		return err
 	}
 	if !renewAt.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/moby/sys/mountinfo"
 
@@ -399,6 +402,130 @@ func TestClaimVolumes(t *testing.T) {
 			}
 			if len(mounts) != 1 || mounts[0].Source != tc.want || mounts[0].ReadOnly != tc.readOnly {
 				t.Errorf("mounts %+v; want %s at /data, read-only %v", mounts, tc.want, tc.readOnly)
+			}
+		})
+	}
+}
+
+// TestFSGroup: with the pod's fsGroup, a secret volume's files (defaultMode
+// 0400) and an emptyDir are the group's, readable by it (and the emptyDir
+// writable), as the kubelet leaves them, so that a non-root user of that
+// group reads its secrets.
+func TestFSGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "changing a file's group needs root")
+	}
+	dir := t.TempDir()
+	group := int64(1234)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{FSGroup: &group},
+		Volumes: []corev1.Volume{
+			{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s", DefaultMode: ptr.To[int32](0o400)}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}}}
+	src := staticSource{secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}, Data: map[string][]byte{"key": []byte("secret")}}}
+	v := New(pod, dir, src, nil)
+	if err := v.Setup(context.Background(), time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{
+		filepath.Join(dir, "api", "creds", "key"):  0o440,
+		filepath.Join(dir, "empty-dir", "scratch"): 0o777 | os.ModeSetgid,
+	} {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode() & (os.ModePerm | os.ModeSetgid); got != want {
+			t.Errorf("%s: mode %v; want %v", path, got, want)
+		}
+		if gid := st.Sys().(*syscall.Stat_t).Gid; gid != uint32(group) {
+			t.Errorf("%s: group %d; want the fsGroup %d", path, gid, group)
+		}
+	}
+}
+
+// TestDownwardAPIFollowsThePod: a downward API file is written again from
+// the pod as the API has it now (SetPod) when the volumes are refreshed.
+func TestDownwardAPIFollowsThePod(t *testing.T) {
+	dir := t.TempDir()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"k": "v1"}}, Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}},
+	}}}
+	v := New(pod, dir, staticSource{}, nil)
+	read := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "api", "info", "labels"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if err := v.Setup(context.Background(), time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != `k="v1"` {
+		t.Fatalf("labels %q", got)
+	}
+	updated := pod.DeepCopy()
+	updated.Labels["k"] = "v2"
+	v.SetPod(updated)
+	if err := v.Setup(context.Background(), time.Now(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != `k="v2"` {
+		t.Errorf("labels after the pod changed: %q; want k=\"v2\"", got)
+	}
+}
+
+// TestMemoryEmptyDir: an emptyDir of medium Memory is a tmpfs of its
+// sizeLimit (or else the pod's memory limit), which the pod's teardown
+// takes down; on a node without root it stays a directory.
+func TestMemoryEmptyDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testci.CannotRun(t, "mounting a tmpfs needs root")
+	}
+	for _, tc := range []struct {
+		name  string
+		limit *resource.Quantity
+		pod   string // the container's memory limit, "" for none
+		want  int64
+	}{
+		{name: "sizeLimit", limit: ptr.To(resource.MustParse("8Mi")), pod: "64Mi", want: 8 << 20},
+		{name: "the pod's limit", pod: "16Mi", want: 16 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Cleanup(func() { _ = runtime.UnmountUnder(dir) })
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{
+				Volumes:    []corev1.Volume{{Name: "m", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tc.limit}}}},
+				Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.pod)}}}},
+			}}
+			v := New(pod, dir, staticSource{}, corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")})
+			v.MemoryBacked = true
+			for range 2 { // a second pass mounts nothing more
+				if err := v.Setup(context.Background(), time.Now(), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := filepath.Join(dir, "empty-dir", "m")
+			var st unix.Statfs_t
+			if err := unix.Statfs(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Type != unix.TMPFS_MAGIC || int64(st.Blocks)*st.Bsize != tc.want {
+				t.Errorf("%s: filesystem %x of %d bytes; want a tmpfs of %d", p, st.Type, int64(st.Blocks)*st.Bsize, tc.want)
+			}
+			mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
+			if err != nil || len(mounts) != 1 {
+				t.Errorf("%s mounted %d times (%v); want once", p, len(mounts), err)
+			}
+			if err := runtime.UnmountUnder(dir); err != nil {
+				t.Fatal(err)
+			}
+			if mounted, _ := mountinfo.Mounted(p); mounted {
+				t.Errorf("%s still mounted after the teardown", p)
 			}
 		})
 	}
