@@ -13,6 +13,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/addons/servicelb"
 	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 )
 
 func newAddonControllersCommand() *cobra.Command {
@@ -31,7 +32,7 @@ func newAddonControllersCommand() *cobra.Command {
   and ` + localpath.RetainClassName + `, reclaim Retain; both WaitForFirstConsumer) get a local
   PersistentVolume on the node the scheduler chose for their first pod: a directory the
   node agent makes under its --local-storage-path when asked over the node API
-  (POST/DELETE ` + localpath.VolumesPath + `<pv>, authorized as nodes/volumes; --node-api-ca-file verifies
+  (POST/DELETE ` + kubeletapi.LocalVolumesPath + `<pv>, authorized as nodes/volumes; --node-api-ca-file verifies
   the node), bound to that node by node affinity, of the claim's requested size (not
   enforced). A Delete volume's directory is removed with it once released.
 

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,6 +28,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	provisioncontroller "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 	provisionmetrics "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller/metrics"
@@ -141,21 +144,32 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 		return err
 	}
+	finished := make(chan error, 1)
 	if o.Identity == "" {
-		go func() { errs <- work(ctx) }()
+		go func() { finished <- work(ctx) }()
 	} else {
 		lock, err := leader.Lease(client, metav1.NamespaceSystem, LeaseName, o.Identity)
 		if err != nil {
 			return err
 		}
 		log := slog.New(logr.ToSlogHandler(klog.Background()))
-		go func() { errs <- leader.Run(ctx, lock, log, work, nil) }()
+		go func() { finished <- leader.Run(ctx, lock, log, work, nil) }()
 	}
 	select {
-	case <-ctx.Done():
-		return nil
+	case err := <-finished:
+		return err
 	case err := <-errs:
 		return err
+	case <-ctx.Done():
+	}
+	// Stopping: the work ends (a provision in flight finishes or fails)
+	// and the Lease is handed back, so that another server's process takes
+	// over at once, not after the lease runs out.
+	select {
+	case err := <-finished:
+		return err
+	case <-time.After(45 * time.Second):
+		return errors.New("the controllers did not stop within 45s")
 	}
 }
 
@@ -179,16 +193,28 @@ func localStorage(ctx context.Context, client kubernetes.Interface, cfg *rest.Co
 	m := provisionmetrics.New("steadyplane_local_path")
 	reg.MustRegister(m.PersistentVolumeClaimProvisionTotal, m.PersistentVolumeClaimProvisionFailedTotal, m.PersistentVolumeClaimProvisionDurationSeconds,
 		m.PersistentVolumeDeleteTotal, m.PersistentVolumeDeleteFailedTotal, m.PersistentVolumeDeleteDurationSeconds)
+	// Made once, before any informer or the elector decodes anything: the
+	// library adds its types to client-go's scheme as it is made, which
+	// nothing may read meanwhile. Its queues are for one run, so a process
+	// that lost the Lease exits to lead again afresh (the node agent
+	// starts it again).
+	ctrl := provisioncontroller.NewProvisionController(ctx, client, localpath.ProvisionerName, p,
+		provisioncontroller.LeaderElection(false), provisioncontroller.MetricsInstance(m),
+		// Claims and released volumes are retried for ever, a second
+		// first and a minute apart at most: a node that is down for a
+		// while (an upgrade) is not given up on.
+		provisioncontroller.FailedProvisionThreshold(0), provisioncontroller.FailedDeleteThreshold(0),
+		provisioncontroller.RateLimiter(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute)),
+		provisioncontroller.AddFinalizer(true))
+	var workers sync.WaitGroup
+	ctrl.ControllerWaitGroup(&workers)
+	var ran atomic.Bool
 	return func(ctx context.Context) error {
-		// Made when leading: the controller's queues and informers are
-		// for one run.
-		ctrl := provisioncontroller.NewProvisionController(ctx, client, localpath.ProvisionerName, p,
-			provisioncontroller.LeaderElection(false), provisioncontroller.MetricsInstance(m),
-			// A volume released while its node is down is removed once
-			// the node is back, however long that takes.
-			provisioncontroller.FailedDeleteThreshold(0), provisioncontroller.AddFinalizer(true),
-			provisioncontroller.RetryIntervalMax(time.Minute))
+		if ran.Swap(true) {
+			return errors.New(LocalStorage + ": leading again after a lost Lease; exiting to start afresh")
+		}
 		ctrl.Run(ctx)
+		workers.Wait()
 		return nil
 	}, nil
 }
@@ -202,12 +228,13 @@ func ClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: roleName, Labels: rbacutil.ManagedBy},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"services", "nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"services", "pods"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update"}},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes/volumes"}, Verbs: []string{"create", "delete"}},
 		},

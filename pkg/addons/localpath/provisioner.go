@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
 
@@ -202,11 +201,11 @@ func (p *Provisioner) call(ctx context.Context, method, nodeName, pv string) (Vo
 	if err != nil {
 		return Volume{}, err
 	}
-	addr := NodeAPIAddress(n)
+	addr := kubeletapi.NodeAddress(n)
 	if addr == "" {
 		return Volume{}, fmt.Errorf("node %s publishes no InternalIP and node API port", nodeName)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+VolumesPath+pv, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+kubeletapi.LocalVolumesPath+pv, nil)
 	if err != nil {
 		return Volume{}, err
 	}
@@ -217,7 +216,7 @@ func (p *Provisioner) call(ctx context.Context, method, nodeName, pv string) (Vo
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return Volume{}, fmt.Errorf("node %s: %s %s: %s: %s", nodeName, method, VolumesPath+pv, resp.Status, strings.TrimSpace(string(body)))
+		return Volume{}, fmt.Errorf("node %s: %s %s: %s: %s", nodeName, method, kubeletapi.LocalVolumesPath+pv, resp.Status, strings.TrimSpace(string(body)))
 	}
 	var v Volume
 	if method == http.MethodPost {
@@ -226,19 +225,4 @@ func (p *Provisioner) call(ctx context.Context, method, nodeName, pv string) (Vo
 		}
 	}
 	return v, nil
-}
-
-// VolumesPath is where a node's API serves its local volumes:
-// POST and DELETE VolumesPath+<pv>.
-const VolumesPath = "/volumes/local/"
-
-// NodeAPIAddress is where n's node API answers, "" when it does not say.
-func NodeAPIAddress(n *corev1.Node) string {
-	port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP && port > 0 {
-			return net.JoinHostPort(a.Address, strconv.Itoa(int(port)))
-		}
-	}
-	return ""
 }

@@ -26,25 +26,23 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 )
 
 // Volume is what a node says about a volume directory it made.
-type Volume struct {
-	// Path is the directory on the node.
-	Path string `json:"path"`
-	// CapacityBytes and AvailableBytes are its filesystem's size and free
-	// space, for the caller to check a claim's request against.
-	CapacityBytes  int64 `json:"capacityBytes"`
-	AvailableBytes int64 `json:"availableBytes"`
-}
+type Volume = kubeletapi.LocalVolume
 
 // Store makes and removes volume directories under Root, on the node.
 type Store struct {
 	Root string
 }
 
-// ErrBadName marks a volume name that is not a PersistentVolume's name.
-var ErrBadName = errors.New("not a PersistentVolume name")
+var _ kubeletapi.LocalVolumes = Store{}
+
+// ErrBadName marks a volume name that is not a PersistentVolume's name
+// (the node API's bad request).
+var ErrBadName = fmt.Errorf("%w: not a PersistentVolume name", kubeletapi.ErrBadRequest)
 
 // dir is the directory of volume name, after checking the name: a
 // DNS-1123 subdomain (the API's rule for PV names) has no slash and is

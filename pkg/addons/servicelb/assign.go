@@ -14,14 +14,17 @@
 package servicelb
 
 import (
+	"cmp"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -153,6 +156,11 @@ type holders map[Port]holder
 // any of a Service's ports is taken is left out of that Service whole, as
 // a client reaching one port of it there would expect the others.
 func Assign(in Input) map[types.NamespacedName]Decision {
+	// The caches list in no order; the first holder of a port named in a
+	// message must be the same every pass, or the condition would change
+	// (and be written) with every unrelated event.
+	in.Services = slices.SortedFunc(slices.Values(in.Services), byNamespaceName[*corev1.Service])
+	in.Pods = slices.SortedFunc(slices.Values(in.Pods), byNamespaceName[*corev1.Pod])
 	nodes := candidateNodes(in)
 	taken := make(map[string]holders, len(nodes))
 	for _, n := range nodes {
@@ -212,6 +220,14 @@ func Assign(in Input) map[types.NamespacedName]Decision {
 	return out
 }
 
+// byNamespaceName orders objects by namespace, then name.
+func byNamespaceName[T metav1.Object](a, b T) int {
+	return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+}
+
+// maxListed is how many conflicts a message names; the rest are counted.
+const maxListed = 10
+
 // explain gives a Decision its reason and message.
 func explain(s *corev1.Service, d Decision, candidates, nodes int) (string, string) {
 	switch {
@@ -230,11 +246,16 @@ func explain(s *corev1.Service, d Decision, candidates, nodes int) (string, stri
 	}
 }
 
-// joinConflicts lists conflicts for a message.
+// joinConflicts lists conflicts for a message, the first maxListed of
+// them (a condition's message is bounded).
 func joinConflicts(cs []Conflict) string {
-	out := make([]string, len(cs))
+	var out []string
 	for i, c := range cs {
-		out[i] = c.String()
+		if i == maxListed {
+			out = append(out, fmt.Sprintf("and %d more", len(cs)-maxListed))
+			break
+		}
+		out = append(out, c.String())
 	}
 	return strings.Join(out, "; ")
 }
@@ -364,6 +385,10 @@ func fixedHolders(in Input, n candidate) holders {
 		external := false
 		for _, ip := range s.Spec.ExternalIPs {
 			external = external || mine[ip]
+		}
+		if s.Spec.HealthCheckNodePort != 0 {
+			// kube-proxy answers load balancers' health checks there.
+			setOnce(h, Port{Protocol: corev1.ProtocolTCP, Port: s.Spec.HealthCheckNodePort}, holder{who: "the health check node port of Service " + key.String(), service: key})
 		}
 		for _, sp := range s.Spec.Ports {
 			proto := protocolOf(sp.Protocol)

@@ -1,7 +1,10 @@
 package servicelb
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,8 +108,14 @@ func TestAssign(t *testing.T) {
 			in: Input{Services: []*corev1.Service{lb("web", 5, 30080), with(lb("np", 0), func(s *corev1.Service) {
 				s.Spec.Type = corev1.ServiceTypeNodePort
 				s.Spec.Ports = []corev1.ServicePort{{Port: 1, NodePort: 30080}}
-			}), lb("self", 6, 30443)}, Nodes: []*corev1.Node{a}},
+			}), with(lb("self", 6, 30443), func(s *corev1.Service) { s.Spec.Ports[0].NodePort = 30443 })}, Nodes: []*corev1.Node{a}},
 			want: map[string]want{"web": {reason: ReasonPortConflict, message: []string{"held by the node port of Service default/np"}}, "self": {ips: []string{"10.0.0.1"}, reason: ReasonAssigned}}},
+		{name: "a health check node port is kube-proxy's",
+			in: Input{Services: []*corev1.Service{with(lb("local", 0, 80), func(s *corev1.Service) {
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 31999
+			}), lb("late", 1, 31999)}, Nodes: []*corev1.Node{a}, EndpointSlices: []*discoveryv1.EndpointSlice{slice("local", map[string]bool{"a": true})}},
+			want: map[string]want{"local": {ips: []string{"10.0.0.1"}, reason: ReasonAssigned}, "late": {reason: ReasonPortConflict, message: []string{"held by the health check node port of Service default/local"}}}},
 		{name: "externalTrafficPolicy Local: only nodes with a ready endpoint",
 			in: Input{Services: []*corev1.Service{
 				with(lb("local", 0, 80), func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }),
@@ -184,16 +193,37 @@ func BenchmarkAssign(b *testing.B) {
 	var in Input
 	in.Reserved = reserved
 	for i := 0; i < 10; i++ {
-		in.Nodes = append(in.Nodes, node("n"+string(rune('a'+i)), "10.0.0."+string(rune('1'+i)), true))
+		in.Nodes = append(in.Nodes, node("n"+strconv.Itoa(i), "10.0.0."+strconv.Itoa(i+1), true))
 	}
 	for i := 0; i < 200; i++ {
-		in.Services = append(in.Services, lb("s"+string(rune('a'+i%26))+string(rune('a'+i/26)), i, int32(1000+i%150)))
+		in.Services = append(in.Services, lb("s"+strconv.Itoa(i), i, int32(1000+i%150)))
 	}
 	for i := 0; i < 300; i++ {
-		in.Pods = append(in.Pods, hostPortPod("p"+string(rune('a'+i%26))+string(rune('a'+i/26)), in.Nodes[i%10].Name, 0))
+		in.Pods = append(in.Pods, hostPortPod("p"+strconv.Itoa(i), in.Nodes[i%10].Name, 0))
 	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		Assign(in)
+	}
+}
+
+// TestAssignIsStable: the same cluster listed in any order gives the same
+// messages (the first holder of a port named), and a message names at
+// most maxListed conflicts.
+func TestAssignIsStable(t *testing.T) {
+	var in Input
+	for i := range 15 {
+		in.Nodes = append(in.Nodes, node(fmt.Sprintf("n%02d", i), fmt.Sprintf("10.0.1.%d", i+1), true))
+		in.Pods = append(in.Pods, hostPortPod(fmt.Sprintf("a-%d", i), in.Nodes[i].Name, 80), hostPortPod(fmt.Sprintf("b-%d", i), in.Nodes[i].Name, 80))
+	}
+	in.Services = []*corev1.Service{lb("web", 0, 80)}
+	first := Assign(in)[types.NamespacedName{Namespace: "default", Name: "web"}].Message
+	slices.Reverse(in.Pods)
+	slices.Reverse(in.Nodes)
+	if again := Assign(in)[types.NamespacedName{Namespace: "default", Name: "web"}].Message; again != first {
+		t.Errorf("the message changed with the listing order:\n%s\n%s", first, again)
+	}
+	if !strings.Contains(first, "Pod default/a-0") || strings.Contains(first, "Pod default/b-") || !strings.HasSuffix(first, "and 5 more") {
+		t.Errorf("message %q; want the first pod by name as each port's holder, and 10 conflicts named", first)
 	}
 }

@@ -133,6 +133,11 @@ func (c *Controller) sync(ctx context.Context, in Input) error {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
+			if apierrors.IsConflict(err) {
+				// The cache is behind a write (ours, or the Service's
+				// owner's): its event brings the next pass.
+				continue
+			}
 			if firstErr == nil {
 				firstErr = fmt.Errorf("service %s: %w", key, err)
 			}
@@ -206,7 +211,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "steadyplane_servicelb_port_conflicts",
 			Help: "Nodes left out of a LoadBalancer Service because one of its ports is taken there, summed over the Services."}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "steadyplane_servicelb_status_updates_total",
-			Help: "Writes of a Service's load-balancer status, by result (ok, error)."}, []string{"result"}),
+			Help: "Writes of a Service's load-balancer status, by result (ok; conflict: the cache was behind, done again at the next pass; error)."}, []string{"result"}),
 	}
 	reg.MustRegister(m.services, m.conflicts, m.updates)
 	return m
@@ -233,7 +238,10 @@ func (m *Metrics) updated(err error) {
 		return
 	}
 	result := "ok"
-	if err != nil {
+	switch {
+	case apierrors.IsConflict(err):
+		result = "conflict"
+	case err != nil:
 		result = "error"
 	}
 	m.updates.WithLabelValues(result).Inc()

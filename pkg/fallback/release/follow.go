@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/buildinfo"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
+	"github.com/steadyplane/steadyplane/pkg/node/kubeletapi"
 	"github.com/steadyplane/steadyplane/pkg/rbacutil"
 )
 
@@ -271,7 +270,7 @@ func (f *Follower) fetch(ctx context.Context, bin, digest string) (string, error
 	client := &http.Client{Transport: transport, Timeout: fetchTimeout}
 	var errs []error
 	for _, n := range append(first, others...) {
-		addr := nodeAPIAddress(&n)
+		addr := kubeletapi.NodeAddress(&n)
 		if addr == "" {
 			continue
 		}
@@ -290,17 +289,6 @@ func (f *Follower) fetch(ctx context.Context, bin, digest string) (string, error
 
 // fetchTimeout bounds one fetch of a binary (a quarter of a gigabyte).
 const fetchTimeout = 5 * time.Minute
-
-// nodeAPIAddress is where n's node API answers, "" when it does not say.
-func nodeAPIAddress(n *corev1.Node) string {
-	port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP && port > 0 {
-			return net.JoinHostPort(a.Address, strconv.Itoa(int(port)))
-		}
-	}
-	return ""
-}
 
 // fetchFrom downloads url into bin as the installed copy of digest, checked
 // as it is written: a copy whose content is not digest is never installed.

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/fallback/apis/v1alpha1"
 )
@@ -75,20 +73,6 @@ func TestFetchFrom(t *testing.T) {
 	}
 	if _, err := fetchFrom(ctx, http.DefaultClient, "http://127.0.0.1:1", t.TempDir(), "sha256:short"); err == nil {
 		t.Error("fetchFrom accepted a digest that is none")
-	}
-}
-
-func TestNodeAPIAddress(t *testing.T) {
-	n := &corev1.Node{Status: corev1.NodeStatus{
-		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "s1"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
-		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
-	}}
-	if got := nodeAPIAddress(n); got != "10.0.0.1:10250" {
-		t.Errorf("nodeAPIAddress = %q", got)
-	}
-	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
-	if got := nodeAPIAddress(n); got != "" {
-		t.Errorf("nodeAPIAddress of a node with no port = %q, want none", got)
 	}
 }
 

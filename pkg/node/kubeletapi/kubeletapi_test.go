@@ -319,3 +319,17 @@ func TestReceiveRelease(t *testing.T) {
 		t.Errorf("the received binary: %v, %v; want mode %o", st, err, binary.Mode)
 	}
 }
+
+func TestNodeAddress(t *testing.T) {
+	n := &corev1.Node{Status: corev1.NodeStatus{
+		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "s1"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+	}}
+	if got := NodeAddress(n); got != "10.0.0.1:10250" {
+		t.Errorf("NodeAddress = %q", got)
+	}
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
+	if got := NodeAddress(n); got != "" {
+		t.Errorf("NodeAddress of a node with no port = %q, want none", got)
+	}
+}

@@ -17,9 +17,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
-	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -35,6 +35,43 @@ import (
 // ErrNotFound is wrapped by a Host's errors for a pod or container it does
 // not run; the API answers 404.
 var ErrNotFound = errors.New("not found")
+
+// ErrBadRequest marks a request the node refuses as malformed (400).
+var ErrBadRequest = errors.New("bad request")
+
+// LocalVolumesPath is where a node's API serves its local volumes: POST
+// and DELETE LocalVolumesPath+<pv>.
+const LocalVolumesPath = "/volumes/local/"
+
+// LocalVolume is what a node says about a local volume's directory it made.
+type LocalVolume struct {
+	// Path is the directory on the node.
+	Path string `json:"path"`
+	// CapacityBytes and AvailableBytes are its filesystem's size and free
+	// space, for the caller to check a claim's request against.
+	CapacityBytes  int64 `json:"capacityBytes"`
+	AvailableBytes int64 `json:"availableBytes"`
+}
+
+// LocalVolumes makes and removes the directories of local volumes, by
+// their PersistentVolume's name (errors wrapping ErrBadRequest for a name
+// that is none).
+type LocalVolumes interface {
+	Create(name string) (LocalVolume, error)
+	Remove(name string) error
+}
+
+// NodeAddress is where n's node API answers (its InternalIP and the port
+// of its daemon endpoint), "" when it does not say.
+func NodeAddress(n *corev1.Node) string {
+	port := n.Status.DaemonEndpoints.KubeletEndpoint.Port
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && port > 0 {
+			return net.JoinHostPort(a.Address, strconv.Itoa(int(port)))
+		}
+	}
+	return ""
+}
 
 // Host is what the API needs from the node agent.
 type Host interface {
@@ -83,9 +120,9 @@ type Options struct {
 	// through the API server's node proxy); "" for none.
 	ReleaseDir string
 	// LocalVolumes makes and removes the directories of the local-path
-	// provisioner's volumes (POST and DELETE /volumes/local/<pv>,
+	// provisioner's volumes (POST and DELETE LocalVolumesPath+<pv>,
 	// authorized as create and delete on nodes/volumes); nil for none.
-	LocalVolumes *localpath.Store
+	LocalVolumes LocalVolumes
 	// StreamIdleTimeout closes an exec, attach or port-forward stream
 	// idle that long (the kubelet's default: 4h).
 	StreamIdleTimeout time.Duration
@@ -167,8 +204,8 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("PUT /releases/{digest}", s.receiveRelease)
 	}
 	if s.opts.LocalVolumes != nil {
-		mux.HandleFunc("POST "+localpath.VolumesPath+"{pv}", s.createLocalVolume)
-		mux.HandleFunc("DELETE "+localpath.VolumesPath+"{pv}", s.removeLocalVolume)
+		mux.HandleFunc("POST "+LocalVolumesPath+"{pv}", s.createLocalVolume)
+		mux.HandleFunc("DELETE "+LocalVolumesPath+"{pv}", s.removeLocalVolume)
 	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{container}", s.exec)
@@ -256,7 +293,7 @@ func (s *Server) receiveRelease(w http.ResponseWriter, r *http.Request) {
 // filesystem has.
 func (s *Server) createLocalVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.opts.LocalVolumes.Create(r.PathValue("pv"))
-	if errors.Is(err, localpath.ErrBadName) {
+	if errors.Is(err, ErrBadRequest) {
 		fail(w, err, http.StatusBadRequest)
 		return
 	}
@@ -272,7 +309,7 @@ func (s *Server) createLocalVolume(w http.ResponseWriter, r *http.Request) {
 // removeLocalVolume deletes the directory of a local volume and its data.
 func (s *Server) removeLocalVolume(w http.ResponseWriter, r *http.Request) {
 	err := s.opts.LocalVolumes.Remove(r.PathValue("pv"))
-	if errors.Is(err, localpath.ErrBadName) {
+	if errors.Is(err, ErrBadRequest) {
 		fail(w, err, http.StatusBadRequest)
 		return
 	}

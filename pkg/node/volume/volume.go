@@ -121,17 +121,23 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 	defer v.mu.Unlock()
 	for _, vol := range v.pod.Spec.Volumes {
 		p, made := v.paths[vol.Name]
-		if made && (vol.Image != nil || !refresh && !v.due(vol.Name, now)) {
-			continue // an image volume is made once
+		if made && (vol.Image != nil || vol.PersistentVolumeClaim != nil || !refresh && !v.due(vol.Name, now)) {
+			// An image volume is made once; a claim is resolved once, as
+			// the kubelet mounts it once: a claim being deleted, or the
+			// API out of reach, must not stop a pod that has its data.
+			continue
 		}
 		var err error
 		switch s := vol.VolumeSource; {
 		case s.HostPath != nil:
 			p, err = hostPath(s.HostPath)
 		case s.PersistentVolumeClaim != nil:
-			p, err = v.claimPath(ctx, s.PersistentVolumeClaim.ClaimName)
-			if err == nil && !made {
-				err = v.setOwnership(p, s.PersistentVolumeClaim.ReadOnly)
+			var local bool
+			p, local, err = v.claimPath(ctx, s.PersistentVolumeClaim.ClaimName)
+			// As the kubelet's local volumes: a hostPath volume's, or a
+			// claim mounted read-only, files keep their owners.
+			if err == nil && local && !s.PersistentVolumeClaim.ReadOnly {
+				err = v.setOwnership(p, false, true)
 			}
 		case s.Image != nil:
 			if v.MountImage == nil {
@@ -148,7 +154,7 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 				err = v.mountMemoryDir(p, s.EmptyDir)
 			}
 			if err == nil && !made {
-				err = v.setOwnership(p, false)
+				err = v.setOwnership(p, false, false)
 			}
 		default:
 			p = filepath.Join(v.dir, "api", vol.Name)
@@ -168,39 +174,40 @@ func (v *Volumes) Setup(ctx context.Context, now time.Time, refresh bool) error 
 }
 
 // claimPath is the directory on this node of the volume bound to the
-// pod's claim: a local volume's path, or a hostPath volume's (checked as
-// a hostPath volume is). A local volume's directory must exist: made
+// pod's claim: a local volume's path (local true), or a hostPath volume's
+// (checked as a hostPath volume is). A local volume's directory must exist: made
 // again empty, it would hide that the data is gone.
-func (v *Volumes) claimPath(ctx context.Context, claim string) (string, error) {
+func (v *Volumes) claimPath(ctx context.Context, claim string) (path string, local bool, err error) {
 	pvc, err := v.src.PersistentVolumeClaim(ctx, v.pod.Namespace, claim)
 	if err != nil {
-		return "", fmt.Errorf("claim %s: %w", claim, err)
+		return "", false, fmt.Errorf("claim %s: %w", claim, err)
 	}
 	if pvc.DeletionTimestamp != nil {
-		return "", fmt.Errorf("claim %s is being deleted", claim)
+		return "", false, fmt.Errorf("claim %s is being deleted", claim)
 	}
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
-		return "", fmt.Errorf("claim %s is %s, not bound to a volume yet", claim, pvc.Status.Phase)
+		return "", false, fmt.Errorf("claim %s is %s, not bound to a volume yet", claim, pvc.Status.Phase)
 	}
 	pv, err := v.src.PersistentVolume(ctx, pvc.Spec.VolumeName)
 	if err != nil {
-		return "", fmt.Errorf("claim %s: volume %s: %w", claim, pvc.Spec.VolumeName, err)
+		return "", false, fmt.Errorf("claim %s: volume %s: %w", claim, pvc.Spec.VolumeName, err)
 	}
 	switch {
 	case pv.Spec.Local != nil:
 		p := filepath.Clean(pv.Spec.Local.Path)
 		st, err := os.Stat(p)
 		if err != nil {
-			return "", fmt.Errorf("claim %s: local volume %s: %w", claim, pv.Name, err)
+			return "", false, fmt.Errorf("claim %s: local volume %s: %w", claim, pv.Name, err)
 		}
 		if !st.IsDir() {
-			return "", fmt.Errorf("claim %s: local volume %s: %s is not a directory (block volumes are not supported)", claim, pv.Name, p)
+			return "", false, fmt.Errorf("claim %s: local volume %s: %s is not a directory (block volumes are not supported)", claim, pv.Name, p)
 		}
-		return p, nil
+		return p, true, nil
 	case pv.Spec.HostPath != nil:
-		return hostPath(pv.Spec.HostPath)
+		p, err := hostPath(pv.Spec.HostPath)
+		return p, false, err
 	}
-	return "", fmt.Errorf("%w: claim %s is bound to volume %s, which is neither local nor hostPath", ErrUnsupported, claim, pv.Name)
+	return "", false, fmt.Errorf("%w: claim %s is bound to volume %s, which is neither local nor hostPath", ErrUnsupported, claim, pv.Name)
 }
 
 // SetPod gives the volumes the pod as the API has it now: downward API
@@ -212,14 +219,21 @@ func (v *Volumes) SetPod(pod *corev1.Pod) {
 }
 
 // setOwnership gives the pod's fsGroup the files of a volume at p, group
-// readable (and writable unless readOnly), with upstream's own walk (its
-// fsGroupChangePolicy honoured); nothing without an fsGroup.
-func (v *Volumes) setOwnership(p string, readOnly bool) error {
+// readable (and writable unless readOnly), with upstream's own walk;
+// nothing without an fsGroup. Only a claim's volume honours the pod's
+// fsGroupChangePolicy (withPolicy), as with the kubelet: a volume the node
+// writes again (the API's) must be walked every time, and an emptyDir is
+// new.
+func (v *Volumes) setOwnership(p string, readOnly, withPolicy bool) error {
 	sc := v.pod.Spec.SecurityContext
 	if sc == nil || sc.FSGroup == nil {
 		return nil
 	}
-	return volumepkg.NewVolumeOwnership(ownedDir{path: p, readOnly: readOnly}, p, sc.FSGroup, sc.FSGroupChangePolicy, nil).ChangePermissions()
+	var policy *corev1.PodFSGroupChangePolicy
+	if withPolicy {
+		policy = sc.FSGroupChangePolicy
+	}
+	return volumepkg.NewVolumeOwnership(ownedDir{path: p, readOnly: readOnly}, p, sc.FSGroup, policy, nil).ChangePermissions()
 }
 
 // ownedDir is what upstream's ownership walk asks of a volume: its
@@ -369,7 +383,7 @@ func (v *Volumes) writeAPIVolume(ctx context.Context, vol corev1.Volume, p strin
 	}
 	// The whole volume, each time: a first write makes files outside the
 	// timestamped directory too (as the kubelet's volumes do).
-	setPerms := func(string) error { return v.setOwnership(p, true) }
+	setPerms := func(string) error { return v.setOwnership(p, true, false) }
 	if err := w.Write(payload, setPerms); err != nil {
 		return err
 	}

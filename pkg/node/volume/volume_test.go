@@ -530,3 +530,26 @@ func TestMemoryEmptyDir(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimResolvedOnce: a claim the pod has mounted is not looked up
+// again at a refresh, so its deletion (kept by pvc-protection while the
+// pod runs) or an API out of reach does not stop the pod.
+func TestClaimResolvedOnce(t *testing.T) {
+	data := t.TempDir()
+	src := staticSource{
+		claim: &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv"},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}},
+		volume: &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: data}}}},
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}}}
+	v := New(pod, t.TempDir(), src, nil)
+	if err := v.Setup(context.Background(), time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	v.src = staticSource{} // the claim and volume gone from the API
+	if err := v.Setup(context.Background(), time.Now(), true); err != nil {
+		t.Errorf("a refresh looked the mounted claim up again: %v", err)
+	}
+}
