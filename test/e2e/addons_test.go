@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 // TestStorageMetricsLoadBalancers runs the README's "Storage, metrics and
 // load balancers" verbatim on "steadyplane up", with a restart of up where
 // the README says the data outlives one:
+//   - the node's /metrics/resource, through the API server's node proxy,
+//     has the CPU time of the web pod's container;
 //   - a claim of the default StorageClass is bound to a local volume on the
 //     node, written by one pod and read by the next after the first is
 //     deleted and up restarted; deleting the claim removes the directory
@@ -84,8 +87,13 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 			nodeIP = a.Address
 		}
 	}
-	var external, answered, conflict bool
+	var external, answered, conflict, measured bool
 	for _, l := range strings.Split(out, "\n") {
+		// container_cpu_usage_seconds_total{container="busybox",namespace="default",pod="web-..."} <seconds> <ms>
+		if f := strings.Fields(l); len(f) == 3 && strings.HasPrefix(f[0], `container_cpu_usage_seconds_total{container="busybox",namespace="default",pod="web-`) {
+			v, err := strconv.ParseFloat(f[1], 64)
+			measured = err == nil && v > 0
+		}
 		// NAME  TYPE  CLUSTER-IP  EXTERNAL-IP  PORT(S)  AGE
 		if f := strings.Fields(l); len(f) == 6 && f[0] == "web" && f[1] == "LoadBalancer" {
 			external = f[3] == nodeIP
@@ -95,6 +103,9 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 	}
 	if !external || !answered || !conflict {
 		t.Errorf("load balancers: EXTERNAL-IP the node's address %s %v, a pod answered there %v, the second Service's PortConflict names the first %v; want all", nodeIP, external, answered, conflict)
+	}
+	if !measured {
+		t.Errorf("the node's /metrics/resource has no CPU time of the web pod's container")
 	}
 
 	// Reclaim Delete: the claim goes, and the volume and its directory

@@ -55,6 +55,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/node/podworker"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
+	"github.com/steadyplane/steadyplane/pkg/node/stats"
 	"github.com/steadyplane/steadyplane/pkg/node/volume"
 )
 
@@ -325,7 +326,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		api, err := kubeletapi.New(kubeletapi.Options{Address: a.opts.APIAddress, CertFile: a.opts.TLSCertFile, KeyFile: a.opts.TLSKeyFile,
 			ClientCAFile: a.opts.ClientCAFile, NodeName: a.opts.NodeName, Client: a.client,
 			Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), ReleaseDir: releaseDir(),
-			LocalVolumes: &localpath.Store{Root: a.localStoragePath()}}, nodeAPIHost{a})
+			LocalVolumes: localpath.Store{Root: a.localStoragePath()}, Stats: &stats.Provider{Read: a.statsSample}}, nodeAPIHost{a})
 		if err != nil {
 			return err
 		}

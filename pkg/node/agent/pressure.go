@@ -138,19 +138,8 @@ func pressureConditions(st nodeStats, ths []evictionapi.Threshold) []corev1.Node
 // agent's root directory and of its image store, and processes against
 // pid_max.
 func (a *Agent) readNodeStats() nodeStats {
-	st := nodeStats{memoryAvailable: -1}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			for field, dst := range map[string]*int64{"MemAvailable:": &st.memoryAvailable, "MemTotal:": &st.memoryTotal} {
-				if v, ok := strings.CutPrefix(sc.Text(), field); ok {
-					if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64); err == nil {
-						*dst = kb << 10
-					}
-				}
-			}
-		}
-	}
+	st := nodeStats{}
+	st.memoryAvailable, st.memoryTotal = readMemInfo()
 	st.nodefs, _ = images.Usage(a.opts.RootDir)
 	if a.opts.Images != nil {
 		st.imagefs, _ = images.Usage(a.opts.Images.Root())
@@ -166,6 +155,27 @@ func (a *Agent) readNodeStats() nodeStats {
 		}
 	}
 	return st
+}
+
+// readMemInfo reads MemAvailable and MemTotal, in bytes (available -1
+// when unknown).
+func readMemInfo() (available, total int64) {
+	available = -1
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return available, 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		for field, dst := range map[string]*int64{"MemAvailable:": &available, "MemTotal:": &total} {
+			if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64); err == nil {
+					*dst = kb << 10
+				}
+			}
+		}
+	}
+	return available, total
 }
 
 // withTransitions keeps each condition's last transition time from old

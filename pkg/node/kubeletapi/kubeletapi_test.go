@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,9 +20,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/steadyplane/steadyplane/pkg/binary"
+	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 	"github.com/steadyplane/steadyplane/pkg/node/runtime/crilog"
+	"github.com/steadyplane/steadyplane/pkg/node/stats"
 )
 
 func TestAttributes(t *testing.T) {
@@ -331,5 +335,56 @@ func TestNodeAddress(t *testing.T) {
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
 	if got := NodeAddress(n); got != "" {
 		t.Errorf("NodeAddress of a node with no port = %q, want none", got)
+	}
+}
+
+// TestResourceMetrics: /metrics/resource is upstream's collector over the
+// node's samples (the series and labels metrics-server parses), and
+// /stats/summary their summary, rates from the sample before.
+func TestResourceMetrics(t *testing.T) {
+	at := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	started := at.Add(-time.Minute)
+	cpu := uint64(2e9)
+	p := &stats.Provider{Read: func(context.Context) (stats.Sample, error) {
+		at, cpu = at.Add(2*time.Second), cpu+1e9
+		return stats.Sample{Time: at, Node: stats.NodeSample{Name: "n1", StartTime: at.Add(-time.Hour), CPUUsageNanoseconds: cpu * 4, MemoryCapacity: 4 << 30, MemoryAvailable: 3 << 30},
+			Pods: []stats.PodSample{{Namespace: "ns", Name: "web", UID: "u1", StartTime: started, Containers: []stats.ContainerSample{
+				{Name: "c", StartTime: started, Usage: runtime.Usage{CPUUsageNanoseconds: cpu, MemoryWorkingSet: 5 << 20}}}}}}, nil
+	}}
+	srv := httptest.NewServer((&Server{host: fakeHost{t.TempDir()}, opts: Options{Stats: p}}).routes())
+	defer srv.Close()
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s %s", path, resp.Status, b)
+		}
+		return string(b)
+	}
+	metrics := get("/metrics/resource")
+	for _, want := range []string{
+		`container_cpu_usage_seconds_total{container="c",namespace="ns",pod="web"} 3`,
+		`container_memory_working_set_bytes{container="c",namespace="ns",pod="web"} 5.24288e+06`,
+		`container_start_time_seconds{container="c",namespace="ns",pod="web"}`,
+		`pod_cpu_usage_seconds_total{namespace="ns",pod="web"} 3`,
+		`node_cpu_usage_seconds_total 12`,
+		`node_memory_working_set_bytes 1.073741824e+09`,
+		`scrape_error 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics/resource lacks %q:\n%s", want, metrics)
+		}
+	}
+	var summary statsapi.Summary
+	if err := json.Unmarshal([]byte(get("/stats/summary?only_cpu_and_memory=true")), &summary); err != nil {
+		t.Fatal(err)
+	}
+	if summary.Node.NodeName != "n1" || len(summary.Pods) != 1 || summary.Pods[0].CPU.UsageNanoCores == nil || *summary.Pods[0].CPU.UsageNanoCores != 5e8 {
+		t.Errorf("summary %+v; want node n1 and pod web at half a core", summary)
 	}
 }

@@ -20,6 +20,10 @@ import (
 	"strconv"
 	"time"
 
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/kubernetes/pkg/kubelet/metrics/collectors"
+	serverstats "k8s.io/kubernetes/pkg/kubelet/server/stats"
+
 	"github.com/steadyplane/steadyplane/pkg/binary"
 	"github.com/steadyplane/steadyplane/pkg/node/localstatus"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -123,6 +127,9 @@ type Options struct {
 	// provisioner's volumes (POST and DELETE LocalVolumesPath+<pv>,
 	// authorized as create and delete on nodes/volumes); nil for none.
 	LocalVolumes LocalVolumes
+	// Stats serves /stats/summary and /metrics/resource (authorized as
+	// nodes/stats and nodes/metrics), as the kubelet's; nil for none.
+	Stats serverstats.SummaryProvider
 	// StreamIdleTimeout closes an exec, attach or port-forward stream
 	// idle that long (the kubelet's default: 4h).
 	StreamIdleTimeout time.Duration
@@ -202,6 +209,15 @@ func (s *Server) routes() http.Handler {
 	if s.opts.ReleaseDir != "" {
 		mux.HandleFunc("GET /releases/{digest}", s.release)
 		mux.HandleFunc("PUT /releases/{digest}", s.receiveRelease)
+	}
+	if s.opts.Stats != nil {
+		mux.HandleFunc("GET /stats/summary", s.statsSummary)
+		// Upstream's own collector, so the series and labels are those
+		// metrics-server reads from a kubelet.
+		resource := compbasemetrics.NewKubeRegistry()
+		resource.CustomMustRegister(collectors.NewResourceMetricsCollector(s.opts.Stats))
+		metrics := compbasemetrics.HandlerFor(resource, compbasemetrics.HandlerOpts{ErrorHandling: compbasemetrics.ContinueOnError})
+		mux.Handle("GET /metrics/resource", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served(); metrics.ServeHTTP(w, r) }))
 	}
 	if s.opts.LocalVolumes != nil {
 		mux.HandleFunc("POST "+LocalVolumesPath+"{pv}", s.createLocalVolume)
@@ -320,4 +336,17 @@ func (s *Server) removeLocalVolume(w http.ResponseWriter, r *http.Request) {
 	klog.InfoS("Local volume removed", "pv", r.PathValue("pv"))
 	served()
 	localstatus.WriteJSON(w, struct{}{})
+}
+
+// statsSummary answers the summary API: the node's and its pods' CPU and
+// memory (only_cpu_and_memory=true asks for nothing else, which is all
+// there is).
+func (s *Server) statsSummary(w http.ResponseWriter, r *http.Request) {
+	summary, err := s.opts.Stats.Get(r.Context(), true)
+	if err != nil {
+		fail(w, err, http.StatusInternalServerError)
+		return
+	}
+	served()
+	localstatus.WriteJSON(w, summary)
 }

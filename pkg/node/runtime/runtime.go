@@ -170,6 +170,9 @@ type Usage struct {
 	MemoryWorkingSet int64
 	// Processes counts its processes and threads.
 	Processes int64
+	// CPUUsageNanoseconds is the CPU time it has used since it started,
+	// all cores summed.
+	CPUUsageNanoseconds uint64
 }
 
 // Measured is a run whose use of the node can be read.

@@ -22,13 +22,14 @@ func (c *container) Usage() (runtime.Usage, bool) {
 	return cgroupUsage(cgroupRoot, c.r.cgroupsPath(c.id))
 }
 
-// cgroupUsage reads the memory working set and process count of the
-// cgroup at path under root.
+// cgroupUsage reads the memory working set, process count and CPU time
+// of the cgroup at path under root.
 func cgroupUsage(root, path string) (runtime.Usage, bool) {
 	if used, ok := readInt(filepath.Join(root, path, "memory.current")); ok {
 		pids, _ := readInt(filepath.Join(root, path, "pids.current"))
 		inactive, _ := statField(filepath.Join(root, path, "memory.stat"), "inactive_file")
-		return runtime.Usage{MemoryWorkingSet: max(used-inactive, 0), Processes: pids}, true
+		cpu, _ := cgroupCPU(root, path)
+		return runtime.Usage{MemoryWorkingSet: max(used-inactive, 0), Processes: pids, CPUUsageNanoseconds: cpu}, true
 	}
 	used, ok := readInt(filepath.Join(root, "memory", path, "memory.usage_in_bytes"))
 	if !ok {
@@ -36,8 +37,23 @@ func cgroupUsage(root, path string) (runtime.Usage, bool) {
 	}
 	pids, _ := readInt(filepath.Join(root, "pids", path, "pids.current"))
 	inactive, _ := statField(filepath.Join(root, "memory", path, "memory.stat"), "total_inactive_file")
-	return runtime.Usage{MemoryWorkingSet: max(used-inactive, 0), Processes: pids}, true
+	cpu, _ := cgroupCPU(root, path)
+	return runtime.Usage{MemoryWorkingSet: max(used-inactive, 0), Processes: pids, CPUUsageNanoseconds: cpu}, true
 }
+
+// cgroupCPU reads the CPU time the cgroup at path under root has used:
+// cgroup v2's cpu.stat usage_usec, or v1's cpuacct.usage (nanoseconds).
+func cgroupCPU(root, path string) (uint64, bool) {
+	if usec, ok := statField(filepath.Join(root, path, "cpu.stat"), "usage_usec"); ok {
+		return uint64(usec) * 1000, true
+	}
+	ns, ok := readInt(filepath.Join(root, "cpuacct", path, "cpuacct.usage"))
+	return uint64(ns), ok
+}
+
+// NodeCPUUsage is the CPU time the whole machine has used since it
+// booted (the root cgroup's), all cores summed.
+func NodeCPUUsage() (uint64, bool) { return cgroupCPU(cgroupRoot, "") }
 
 func readInt(path string) (int64, bool) {
 	b, err := os.ReadFile(path)
