@@ -2,8 +2,11 @@ package stats
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/steadyplane/steadyplane/pkg/node/runtime"
 )
@@ -96,15 +99,35 @@ func TestProvider(t *testing.T) {
 		cpu  uint64
 		rate int64
 	}{
-		{0, 0, -1},                             // nothing before
-		{100 * time.Millisecond, 1e8, -1},      // too close, and nothing before the last
-		{2 * time.Second, 2e9, 1e9},            // against 0s
-		{2500 * time.Millisecond, 2.5e9, 1e9},  // too close to 2s: against 0s
-		{4 * time.Second, 6e9, 2e9},            // against 2s
+		{0, 0, -1},                            // nothing before
+		{100 * time.Millisecond, 1e8, -1},     // too close, and nothing before the last
+		{2 * time.Second, 2e9, 1e9},           // against 0s
+		{2500 * time.Millisecond, 2.5e9, 1e9}, // too close to 2s: against 0s
+		{4 * time.Second, 6e9, 2e9},           // against 2s
 	}
 	for _, st := range steps {
 		if got := get(st.at, st.cpu); got != st.rate {
 			t.Errorf("at %v: rate %d; want %d", st.at, got, st.rate)
 		}
+	}
+}
+
+// BenchmarkSummary builds the summary of a node with 100 pods of two
+// containers each, against the sample before: the agent's work per scrape
+// besides reading the cgroups.
+func BenchmarkSummary(b *testing.B) {
+	mk := func(at time.Duration, cpu uint64) Sample {
+		s := sample(at, cpu)
+		s.Pods = nil
+		for i := range 100 {
+			s.Pods = append(s.Pods, PodSample{Namespace: "ns", Name: "p" + strconv.Itoa(i), UID: types.UID("u" + strconv.Itoa(i)), StartTime: t0,
+				Containers: []ContainerSample{ctr("a", 0, cpu, 1<<20), ctr("b", 0, cpu/2, 2<<20)}})
+		}
+		return s
+	}
+	prev, cur := mk(0, 1e9), mk(15*time.Second, 2e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		Summary(cur, &prev)
 	}
 }
