@@ -141,6 +141,16 @@ func APIServerArgs(p *pki.Cluster, s APIServer) []string {
 		// server's host needs no Service proxy for them, and one down
 		// does not take admission with it.
 		"--enable-aggregator-routing=true",
+		// The aggregation layer calls extension API servers
+		// (metrics-server) as the requesting user, in headers they trust
+		// from its front-proxy certificate alone, as kubeadm sets it up.
+		"--requestheader-client-ca-file=" + p.FrontProxyCA.CertPath,
+		"--requestheader-allowed-names=" + pki.FrontProxyClientCN,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.FrontProxyClient.CertPath,
+		"--proxy-client-key-file=" + p.FrontProxyClient.KeyPath,
 		"--authorization-mode=Node,RBAC",
 		// Join tokens (steadyplane up --server --token) are bootstrap tokens.
 		"--enable-bootstrap-token-auth=true",

@@ -166,7 +166,7 @@ func (cp *ControlPlane) renewCertificates() (renewed []string, next time.Time, e
 			before[kp.CertPath], _ = os.ReadFile(kp.CertPath)
 		}
 	}
-	cluster := []*pki.KeyPair{cp.pki.APIServer, cp.pki.APIServerEtcdClient, cp.pki.APIServerKubeletClient, cp.pki.EtcdServer, cp.pki.Admin}
+	cluster := []*pki.KeyPair{cp.pki.APIServer, cp.pki.APIServerEtcdClient, cp.pki.APIServerKubeletClient, cp.pki.EtcdServer, cp.pki.Admin, cp.pki.FrontProxyClient}
 	for _, kp := range cluster {
 		read(kp)
 	}

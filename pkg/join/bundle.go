@@ -32,6 +32,12 @@ type Bundle struct {
 	// EncryptionConfig is the API servers' EncryptionConfiguration: the
 	// keys Secrets are encrypted with in etcd, which every server needs.
 	EncryptionConfig []byte
+	// FrontProxyCACert and FrontProxyCAKey sign the aggregation layer's
+	// client certificate: every server's is of one CA, as extension API
+	// servers expect. Empty from a server of an earlier release (the
+	// joining server then makes its own; the API servers publish the
+	// union of their CAs).
+	FrontProxyCACert, FrontProxyCAKey []byte `json:",omitempty"`
 	// AdmissionConfig is the API servers' admission configuration (Pod
 	// Security): the level the cluster enforces, which a joining server
 	// takes. Empty from a server of an earlier release.

@@ -173,5 +173,11 @@ func (p Publisher) bundle() (*Bundle, error) {
 			return nil, err
 		}
 	}
+	if fp := p.PKI.FrontProxyCA; fp != nil {
+		b.FrontProxyCACert = fp.CertPEM
+		if b.FrontProxyCAKey, err = os.ReadFile(fp.KeyPath); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }

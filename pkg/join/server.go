@@ -57,6 +57,11 @@ func JoinServer(ctx context.Context, s Server) (State, error) {
 			return State{}, err
 		}
 	}
+	if len(b.FrontProxyCACert) > 0 && len(b.FrontProxyCAKey) > 0 {
+		if err := s.PKI.ImportCA(pki.FrontProxyCAName, b.FrontProxyCACert, b.FrontProxyCAKey); err != nil {
+			return State{}, err
+		}
+	}
 	if err := s.PKI.ImportSigningKey(pki.ServiceAccountKeyName, b.ServiceAccountKey); err != nil {
 		return State{}, err
 	}

@@ -31,7 +31,15 @@ const (
 	// (the API server trusts it for them alone): a node asks for its own
 	// by CSR, for names it chooses, which no client may take for the API
 	// server's.
-	KubeletCAName           = "kubelet-ca"
+	KubeletCAName = "kubelet-ca"
+	// FrontProxyCAName signs only the certificate the API server's
+	// aggregation layer proves itself with to extension API servers
+	// (metrics-server): they trust its X-Remote-User headers by it alone.
+	FrontProxyCAName = "front-proxy-ca"
+	// FrontProxyClientName is that certificate, FrontProxyClientCN its
+	// name (--requestheader-allowed-names).
+	FrontProxyClientName    = "front-proxy-client"
+	FrontProxyClientCN      = "front-proxy-client"
 	APIServerName           = "apiserver"
 	APIServerEtcdClientName = "apiserver-etcd-client"
 	// APIServerKubeletClientName is how the API server proves itself to
@@ -74,6 +82,10 @@ type Cluster struct {
 	EtcdServer *KeyPair
 	// Admin is a client certificate in system:masters.
 	Admin *KeyPair
+	// FrontProxyCA signs FrontProxyClient, the aggregation layer's client
+	// certificate.
+	FrontProxyCA     *Authority
+	FrontProxyClient *KeyPair
 	// ServiceAccountKey signs service-account tokens; ServiceAccountPub verifies them.
 	ServiceAccountKey, ServiceAccountPub string
 }
@@ -126,6 +138,14 @@ func (s *Store) EnsureCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	if c.Admin, err = s.EnsureCert(c.CA, CertSpec{
 		Name: AdminName, CommonName: "steadyplane-admin", Organization: []string{MastersGroup}, Usages: client,
+	}); err != nil {
+		return nil, err
+	}
+	if c.FrontProxyCA, err = s.EnsureCA(FrontProxyCAName, "steadyplane-front-proxy-ca"); err != nil {
+		return nil, err
+	}
+	if c.FrontProxyClient, err = s.EnsureCert(c.FrontProxyCA, CertSpec{
+		Name: FrontProxyClientName, CommonName: FrontProxyClientCN, Usages: client,
 	}); err != nil {
 		return nil, err
 	}

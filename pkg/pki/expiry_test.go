@@ -34,8 +34,8 @@ func TestExpiries(t *testing.T) {
 			}
 		}
 	}
-	if cas != 3 || leaves < 5 || !all[len(all)-1].CA {
-		t.Errorf("%d CAs and %d leaves, the last %+v; want the 3 CAs last", cas, leaves, all[len(all)-1])
+	if cas != 4 || leaves < 6 || !all[len(all)-1].CA {
+		t.Errorf("%d CAs and %d leaves, the last %+v; want the 4 CAs last", cas, leaves, all[len(all)-1])
 	}
 	if _, err := ExpiriesOfDir(t.TempDir()); err == nil {
 		t.Error("a directory with no certificate: no error")

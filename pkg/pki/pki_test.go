@@ -74,6 +74,18 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 	if c.KubeletCA == nil || c.KubeletCA.Cert.Equal(c.CA.Cert) || c.KubeletCA.Cert.Equal(c.EtcdCA.Cert) {
 		t.Error("no kubelet CA of its own")
 	}
+	// The front proxy's CA is a fourth: extension API servers believe the
+	// user its client names in headers, so nothing else it signs.
+	if c.FrontProxyCA == nil || c.FrontProxyCA.Cert.Equal(c.CA.Cert) || c.FrontProxyClient == nil {
+		t.Fatal("no front-proxy CA of its own, or no front-proxy-client certificate")
+	}
+	proxy := parseCert(t, c.FrontProxyClient.CertPEM)
+	if err := proxy.CheckSignatureFrom(c.FrontProxyCA.Cert); err != nil || proxy.Subject.CommonName != FrontProxyClientCN {
+		t.Errorf("front-proxy-client %q: %v; want it of the front-proxy CA", proxy.Subject.CommonName, err)
+	}
+	if proxy.CheckSignatureFrom(c.CA.Cert) == nil {
+		t.Error("front-proxy-client verifies against the cluster CA")
+	}
 
 	// Every key is 0600.
 	entries, _ := os.ReadDir(s.Dir)
@@ -87,8 +99,8 @@ func TestEnsureClusterCreatesEverything(t *testing.T) {
 			}
 		}
 	}
-	if keys != 9 {
-		t.Errorf("%d key files, want 9", keys)
+	if keys != 11 {
+		t.Errorf("%d key files, want 11", keys)
 	}
 	if st, _ := os.Stat(s.Dir); st.Mode().Perm() != 0o700 {
 		t.Errorf("PKI directory mode %v", st.Mode().Perm())

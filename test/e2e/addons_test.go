@@ -107,6 +107,21 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 	if !measured {
 		t.Errorf("the node's /metrics/resource has no CPU time of the web pod's container")
 	}
+	// The aggregation layer's front proxy, which extension API servers
+	// (metrics-server) trust: its CA and name published for them.
+	auth, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frontProxyCA, err := os.ReadFile(filepath.Join(dataDir, "pki", "front-proxy-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(auth.Data["requestheader-allowed-names"], `"front-proxy-client"`) ||
+		!strings.Contains(auth.Data["requestheader-client-ca-file"], strings.TrimSpace(string(frontProxyCA))) {
+		t.Errorf("extension-apiserver-authentication: allowed names %q, and the front-proxy CA in the request-header CAs: %v",
+			auth.Data["requestheader-allowed-names"], strings.Contains(auth.Data["requestheader-client-ca-file"], strings.TrimSpace(string(frontProxyCA))))
+	}
 
 	// Reclaim Delete: the claim goes, and the volume and its directory
 	// with it.

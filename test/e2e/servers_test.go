@@ -260,6 +260,15 @@ func TestThreeServersNoLoadBalancer(t *testing.T) {
 	} else if _, err := join.FetchBundle(ctx, servers[0].url(), caPEM, nodeTok); err == nil {
 		t.Error("the node token opened the cluster's keys")
 	}
+	// Every server's aggregation layer is of one front-proxy CA, which
+	// extension API servers trust.
+	for _, s := range servers[1:] {
+		first, _ := os.ReadFile(filepath.Join(servers[0].dataDir, "pki", "front-proxy-ca.crt"))
+		joined, err := os.ReadFile(filepath.Join(s.dataDir, "pki", "front-proxy-ca.crt"))
+		if err != nil || len(first) == 0 || string(joined) != string(first) {
+			t.Errorf("%s's front-proxy CA is not the first server's (%v)", s.dataDir, err)
+		}
+	}
 	workerImages := filepath.Join(workerHost, "images")
 	if err := os.MkdirAll(workerImages, 0o700); err != nil {
 		t.Fatal(err)
