@@ -110,3 +110,17 @@ func binding(role, namespace, roleKind string, subject rbacv1.Subject) any {
 	}
 	return &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: []rbacv1.Subject{subject}}
 }
+
+// LeaseRole is the Role name in kube-system that lets the processes of a
+// cluster's servers take turns at the Lease lease (leader election), and
+// touch no other: RBAC cannot limit a create to a name, so create is on
+// any Lease, get and update on that one.
+func LeaseRole(name, lease string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceSystem, Labels: ManagedBy},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{lease}, Verbs: []string{"get", "update"}},
+		},
+	}
+}

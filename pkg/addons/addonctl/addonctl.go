@@ -243,15 +243,7 @@ func ClusterRole() *rbacv1.ClusterRole {
 
 // LeaseRole lets the servers' processes take turns at their Lease, and
 // touch no other.
-func LeaseRole() *rbacv1.Role {
-	return &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: roleName, Namespace: metav1.NamespaceSystem, Labels: rbacutil.ManagedBy},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{LeaseName}, Verbs: []string{"get", "update"}},
-		},
-	}
-}
+func LeaseRole() *rbacv1.Role { return rbacutil.LeaseRole(roleName, LeaseName) }
 
 // EnsureRBAC creates the roles and bindings, or brings them back to what
 // they must be, with a client that may (the cluster's admin).
