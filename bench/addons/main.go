@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -79,6 +80,7 @@ func run(ctx context.Context, runs int) error {
 	if err != nil {
 		return err
 	}
+	cfg.WarningHandler = rest.NoWarnings{} // the pods are the bench's, not for Pod Security's advice
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	if err := storage(ctx, cs, runs); err != nil {
 		return err
