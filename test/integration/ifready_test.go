@@ -56,6 +56,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 // temporary directory, skipping in -short mode; they stop when the test ends.
 func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlane, controlplane.Options, string) {
 	t.Helper()
+	return startControlPlaneWith(t, nil)
+}
+
+// startControlPlaneWith is startControlPlane with the options changed by
+// modify (nil for none) first.
+func startControlPlaneWith(t *testing.T, modify func(*controlplane.Options)) (context.Context, *controlplane.ControlPlane, controlplane.Options, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
 	}
@@ -65,6 +72,9 @@ func startControlPlane(t *testing.T) (context.Context, *controlplane.ControlPlan
 	o, err := testenv.ControlPlaneOptions(dir, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if modify != nil {
+		modify(&o)
 	}
 	cp, err := testenv.StartControlPlane(ctx, o)
 	if err != nil {

@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/addons/addonctl"
 	"github.com/steadyplane/steadyplane/pkg/addons/servicelb"
+	"github.com/steadyplane/steadyplane/pkg/controlplane"
 )
 
 // TestServiceLoadBalancers runs the add-on controllers' load balancers
@@ -25,24 +25,9 @@ import (
 // a deleted Service frees its port for the next; a Service that is no
 // longer a LoadBalancer loses its addresses and the condition.
 func TestServiceLoadBalancers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and kube-apiserver")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	o, err := testenv.ControlPlaneOptions(t.TempDir(), logWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// No node agent and no node lifecycle controller: the test's Nodes
 	// are what it says they are.
-	o.Node, o.Controllers = false, false
-	cp, err := testenv.StartControlPlane(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Close)
-	t.Cleanup(cp.Stop)
+	ctx, cp, _, _ := startControlPlaneWith(t, func(o *controlplane.Options) { o.Node, o.Controllers = false, false })
 	admin, err := cp.AdminConfig()
 	if err != nil {
 		t.Fatal(err)
