@@ -9,7 +9,13 @@
 //   - load balancers: --runs times, a LoadBalancer Service is created for a
 //     running Deployment; the time until its status has the node's address,
 //     and until a TCP connection to that address and port is answered (the
-//     node's kube-proxy has the rule).
+//     node's kube-proxy has the rule);
+//
+//   - metrics: the time from up ready until kubectl top answers; the age of
+//     the newest sample when asked (freshness); the time until a new pod
+//     has metrics; and, with 100 pods on the node, what one scrape of the
+//     node agent's /metrics/resource and /stats/summary costs it in CPU and
+//     takes (metricsFigures).
 //
 // Figures are medians and the worst of the runs.
 //
@@ -75,6 +81,7 @@ func run(ctx context.Context, runs int) error {
 		return err
 	}
 	defer up.Stop()
+	upReady := time.Now()
 	fmt.Printf("up ready in %.1fs\n", up.AllReady.Seconds())
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(b.DataDir, "admin.kubeconfig"))
 	if err != nil {
@@ -85,13 +92,21 @@ func run(ctx context.Context, runs int) error {
 	if err := storage(ctx, cs, runs); err != nil {
 		return err
 	}
-	return loadBalancers(ctx, cs, runs)
+	if err := loadBalancers(ctx, cs, runs); err != nil {
+		return err
+	}
+	return metricsFigures(ctx, cfg, cs, b.DataDir, upReady, runs)
 }
 
 // until polls cond until it holds and returns how long that took since
 // start, or fails after a minute.
 func until(ctx context.Context, start time.Time, what string, cond func() (bool, error)) (time.Duration, error) {
-	deadline := time.Now().Add(time.Minute)
+	return untilWithin(ctx, start, time.Minute, what, cond)
+}
+
+// untilWithin is until with a limit of its own.
+func untilWithin(ctx context.Context, start time.Time, limit time.Duration, what string, cond func() (bool, error)) (time.Duration, error) {
+	deadline := time.Now().Add(limit)
 	for {
 		ok, err := cond()
 		if err != nil {
@@ -101,7 +116,7 @@ func until(ctx context.Context, start time.Time, what string, cond func() (bool,
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s: not within a minute", what)
+			return 0, fmt.Errorf("%s: not within %s", what, limit)
 		}
 		select {
 		case <-ctx.Done():

@@ -33,6 +33,7 @@ Start a single-node control plane in ./.steadyplane with:
 		newSchedulerCommand(),
 		newProxyCommand(),
 		newDNSCommand(),
+		newMetricsServerCommand(),
 		newCertsCommand(),
 		newTokenCommand(),
 		newEtcdSnapshotCommand(),

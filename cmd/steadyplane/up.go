@@ -20,8 +20,8 @@ in the data directory (one client certificate per component), start "steadyplane
 under runc with their own network, or as host processes without root or runc) and the
 readiness-gate webhook and controller ("steadyplane readiness-controller") and the add-on
 controllers ("steadyplane addon-controllers": the default StorageClass local-path, and
-LoadBalancer Services on the nodes' addresses; --disable leaves them out) as child
-processes, print how to reach the cluster, restart a child that dies, and stop them all
+LoadBalancer Services on the nodes' addresses) as child processes, with CoreDNS and
+metrics-server (kubectl top, autoscaling) as Deployments (--disable leaves add-ons out), print how to reach the cluster, restart a child that dies, and stop them all
 cleanly, in reverse order, on Ctrl-C or SIGTERM (with --stop-pods-on-exit=false the
 workloads keep running for the next up to adopt). Running it again on the same data
 directory keeps every object created before; a second "up" on a directory in use is
@@ -96,7 +96,7 @@ balancer. Running up again on a joined data directory restarts it as a member.`,
 	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "The node's resolver file: pods with dnsPolicy Default (CoreDNS among them, for names outside the cluster) get its servers; default /etc/resolv.conf, or systemd-resolved's where that names only a loopback stub. A file with no nameserver resolves nothing outside the cluster.")
 	fs.BoolVar(&o.ReadinessController, "readiness-controller", o.ReadinessController, "Also run the readiness-gate webhook and the steadyplane.io/load-balancer-ready gate (steadyplane readiness-controller).")
 	fs.IntVar(&o.ReadinessWebhookPort, "readiness-webhook-port", o.ReadinessWebhookPort, "HTTPS port of the readiness-gate webhook, on 127.0.0.1 (every server runs one, which its own API server calls). Joining servers take the cluster's.")
-	fs.StringSliceVar(&o.Disable, "disable", nil, "Add-ons to leave out, comma-separated, of: "+strings.Join(controlplane.Disableable(), ", ")+" (as k3s's --disable). local-storage provisions node-local volumes for the default StorageClass local-path (and local-path-retain), servicelb gives LoadBalancer Services the Ready nodes' addresses (both steadyplane addon-controllers); coredns is --dns=false.")
+	fs.StringSliceVar(&o.Disable, "disable", nil, "Add-ons to leave out, comma-separated, of: "+strings.Join(controlplane.Disableable(), ", ")+" (as k3s's --disable). local-storage provisions node-local volumes for the default StorageClass local-path (and local-path-retain), servicelb gives LoadBalancer Services the Ready nodes' addresses (both steadyplane addon-controllers), metrics-server serves kubectl top and autoscaling; coredns is --dns=false.")
 	fs.StringVar(&o.LocalStoragePath, "local-storage-path", "", "Directory of this node's local volumes (StorageClasses local-path and local-path-retain); default <data-dir>/node/storage. Their data stays across restarts of up.")
 	fs.StringArrayVar(&o.ExtraAPIServerArgs, "apiserver-arg", nil, "Extra kube-apiserver flag, e.g. --apiserver-arg=--v=4 (repeatable; overrides steadyplane's choice of the same flag).")
 	fs.Var(&o.Fallback, "static-pod-fallback", "Roll out the API server's configuration (kubectl edit kubeapiserver cluster) as revisions with a startup monitor that falls back to the last-known-good revision: auto (on with static pods and the controllers), on or off.")

@@ -20,6 +20,13 @@ func ProcessCost(pid int, d time.Duration) (cpuPercent, rssMiB float64) {
 	return float64(t1-t0) / ticksPerSecond / d.Seconds() * 100, RSSMiB(pid)
 }
 
+// CPUSeconds is the CPU time a process has used so far, its own and its
+// reaped children's; 0 if it is gone.
+func CPUSeconds(pid int) float64 {
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return float64(cpuTicks(pid)) / ticksPerSecond
+}
+
 func cpuTicks(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

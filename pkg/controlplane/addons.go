@@ -11,6 +11,7 @@ import (
 	"github.com/steadyplane/steadyplane/pkg/addons/addonctl"
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
 	"github.com/steadyplane/steadyplane/pkg/addons/localpath"
+	"github.com/steadyplane/steadyplane/pkg/addons/metricsapi"
 	"github.com/steadyplane/steadyplane/pkg/atomicfile"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
@@ -18,10 +19,11 @@ import (
 // addonsPod is the add-on controllers' static pod.
 const addonsPod = "steadyplane-addon-controllers"
 
-// Disableable lists what up's --disable takes: the add-on controllers and
-// the cluster's DNS (as k3s's --disable coredns).
+// Disableable lists what up's --disable takes: the add-on controllers, the
+// cluster's DNS and the metrics API (as k3s's --disable coredns,
+// metrics-server).
 func Disableable() []string {
-	return append([]string{coredns.Name}, addonctl.Known...)
+	return append([]string{coredns.Name, metricsapi.Name}, addonctl.Known...)
 }
 
 // validateDisable says which of --disable's names up does not know.

@@ -18,7 +18,7 @@ func TestDisable(t *testing.T) {
 		{disable: []string{"servicelb"}, want: []string{"local-storage"}},
 		{disable: []string{"local-storage", "servicelb"}, want: nil},
 		{disable: []string{"coredns"}, want: []string{"local-storage", "servicelb"}},
-		{disable: []string{"traefik"}, err: `"traefik" is not one of coredns, local-storage, servicelb`},
+		{disable: []string{"traefik"}, err: `"traefik" is not one of coredns, metrics-server, local-storage, servicelb`},
 	} {
 		o := NewOptions()
 		o.Disable = tc.disable

@@ -7,6 +7,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
 	"github.com/steadyplane/steadyplane/pkg/addons/kubeproxy"
+	"github.com/steadyplane/steadyplane/pkg/addons/metricsapi"
 	"github.com/steadyplane/steadyplane/pkg/node/staticpod"
 )
 
@@ -184,6 +185,14 @@ func init() {
 			ready:       (*ControlPlane).waitReadinessControllerReady,
 			report: func(_ *ControlPlane, s float64) string {
 				return fmt.Sprintf("readiness-gate webhook ready in %.1fs (label a namespace steadyplane.io/readiness-gates to use it)", s)
+			}},
+		{name: metricsComponent, kind: apiObjects, upgrade: upgradeApply,
+			prepare:     (*ControlPlane).prepareMetrics,
+			enabled:     func(cp *ControlPlane) bool { return cp.metrics != nil },
+			beforeStart: (*ControlPlane).applyMetrics,
+			ready:       (*ControlPlane).waitMetricsStarted,
+			report: func(cp *ControlPlane, s float64) string {
+				return fmt.Sprintf("metrics API started in %.1fs (kubectl top answers after two scrapes, %s apart)", s, metricsapi.Resolution)
 			}},
 		{name: addonsPod, kind: hostComponent, upgrade: upgradeRestart,
 			prepare:     (*ControlPlane).prepareAddons,

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
+	"github.com/steadyplane/steadyplane/pkg/addons/metricsapi"
 	"github.com/steadyplane/steadyplane/pkg/fallback/release"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/pki"
@@ -85,10 +86,15 @@ type ControlPlane struct {
 	staticPods     bool
 	// proxyMode is kube-proxy's mode on this machine.
 	proxyMode string
-	// dns is the cluster's DNS, nil without; dnsImage adds its image to
-	// the node's store while the stages before it start.
-	dns      *coredns.Config
-	dnsImage *pending
+	// dns is the cluster's DNS, nil without; metrics is the metrics API,
+	// nil without.
+	dns     *coredns.Config
+	metrics *metricsapi.Config
+	// addonImage adds the image the add-ons in the API run from (the
+	// binary's) to the node's store while the stages before them start;
+	// addonImageRef names it once done.
+	addonImage    *pending
+	addonImageRef string
 	// launcher runs the components: child processes unless Run chooses
 	// static pods.
 	launcher Launcher

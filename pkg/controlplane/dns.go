@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/steadyplane/steadyplane/pkg/addons/apply"
 	"github.com/steadyplane/steadyplane/pkg/addons/coredns"
 	"github.com/steadyplane/steadyplane/pkg/join"
 	"github.com/steadyplane/steadyplane/pkg/node/images"
@@ -15,7 +16,7 @@ import (
 // address and domain for the node agent and the node's resolver file.
 // Without the pieces it needs (a pod network, kube-proxy, the controllers)
 // it says so and leaves DNS out. Its image is added to the node's store
-// later, off the path to the API server (startDNSImage).
+// later, off the path to the API server (startAddonImage).
 func (cp *ControlPlane) prepareDNS() error {
 	if !cp.opts.DNS || slices.Contains(cp.opts.Disable, coredns.Name) || cp.Node == nil {
 		return nil
@@ -38,60 +39,93 @@ func (cp *ControlPlane) prepareDNS() error {
 	return nil
 }
 
-// startDNSImage adds the image CoreDNS runs from (the binary the static
-// pods run) to the node agent's image store, in the background: the first
-// time it copies a quarter of a gigabyte, which the API server does not
-// wait for. applyDNS waits for it.
-func (cp *ControlPlane) startDNSImage() {
-	if cp.dns == nil || cp.dnsImage != nil {
+// startAddonImage adds the image CoreDNS and metrics-server run from (the
+// binary the static pods run) to the node agent's image store, in the
+// background: the first time it copies a quarter of a gigabyte, which the
+// API server does not wait for. waitAddonImage waits for it.
+func (cp *ControlPlane) startAddonImage() {
+	if (cp.dns == nil && cp.metrics == nil) || cp.addonImage != nil {
 		return
 	}
 	store := images.StoreDir(cp.dir.nodeRoot())
 	bin, err := cp.installedBinary()
 	if err != nil {
-		cp.dnsImage = &pending{done: make(chan struct{}), err: err}
-		close(cp.dnsImage.done)
+		cp.addonImage = &pending{done: make(chan struct{}), err: err}
+		close(cp.addonImage.done)
 		return
 	}
-	cp.dnsImage = startPending(func() error {
+	cp.addonImage = startPending(func() error {
 		s, err := images.Open(store)
 		if err != nil {
 			return err
 		}
 		ref, err := s.AddBinary(bin, images.UnpackOptions{Rootless: os.Geteuid() != 0})
 		if err != nil {
-			return fmt.Errorf("the DNS image: %w", err)
+			return fmt.Errorf("the add-ons' image: %w", err)
 		}
-		cp.dns.Image = ref
+		cp.addonImageRef = ref
 		return nil
 	})
+}
+
+// waitAddonImage returns the add-ons' image once it is in the node's
+// store.
+func (cp *ControlPlane) waitAddonImage(ctx context.Context) (string, error) {
+	cp.startAddonImage()
+	if err := cp.addonImage.wait(ctx); err != nil {
+		return "", err
+	}
+	return cp.addonImageRef, nil
+}
+
+// addonTargets are what an add-on in the API runs from and reaches: its
+// image, once in the node's store, and the API servers that serve now
+// (what this server saved may hold servers gone since, a cluster reset's
+// among them), so that servers of one release that see the same list
+// write the same add-ons.
+func (cp *ControlPlane) addonTargets(ctx context.Context) (image string, servers []string, err error) {
+	if image, err = cp.waitAddonImage(ctx); err != nil {
+		return "", nil, err
+	}
+	client, err := cp.adminClient()
+	if err != nil {
+		return "", nil, err
+	}
+	servers = cp.alternatives()
+	if live, err := join.ListServers(ctx, client); err == nil && len(live) > 0 && len(servers) > 0 {
+		servers = join.MergeServers(servers[0], live) // a joining server may not be listed yet
+	}
+	return image, servers, nil
 }
 
 // applyDNS writes the DNS's objects into the API, once its image is in the
 // node's store.
 func (cp *ControlPlane) applyDNS(ctx context.Context) error {
-	cp.startDNSImage()
-	if err := cp.dnsImage.wait(ctx); err != nil {
-		return err
-	}
-	client, err := cp.adminClient()
+	image, servers, err := cp.addonTargets(ctx)
 	if err != nil {
 		return err
 	}
-	// The API servers that serve now (what this server saved may hold
-	// servers gone since, a cluster reset's among them): servers of one
-	// release that see the same list write the same Deployment.
-	alts := cp.alternatives()
-	if live, err := join.ListServers(ctx, client); err == nil && len(live) > 0 && len(alts) > 0 {
-		alts = join.MergeServers(alts[0], live) // a joining server may not be listed yet
-	}
-	*cp.dns = coredns.WithServers(*cp.dns, alts)
+	cp.dns.Image = image
+	*cp.dns = coredns.WithServers(*cp.dns, servers)
 	cp.progressf("starting cluster DNS (CoreDNS, Deployment %s/%s, Service %s %s)", coredns.Namespace, coredns.Name, coredns.ServiceName, cp.dns.ServiceIP)
 	objs, err := coredns.Objects(*cp.dns)
 	if err != nil {
 		return err
 	}
-	return coredns.Apply(ctx, client, objs)
+	return cp.applyAddon(ctx, "cluster DNS", objs)
+}
+
+// applyAddon writes an add-on's objects with the admin's credentials
+// (package addons/apply); what names the add-on in an error.
+func (cp *ControlPlane) applyAddon(ctx context.Context, what string, objs []any) error {
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		return err
+	}
+	if err := apply.Objects(ctx, cfg, objs); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // waitDNSReady waits until CoreDNS serves behind the kube-dns Service.

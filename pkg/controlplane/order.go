@@ -30,7 +30,7 @@ var startOrder = []stage{
 	{start: []string{proxyComponent}, ready: []string{proxyComponent}},
 	{start: []string{operatorPod}, ready: []string{operatorPod}},
 	{start: []string{dnsComponent}, ready: []string{dnsComponent}},
-	{start: []string{readinessPod, addonsPod}, ready: []string{readinessPod, addonsPod}},
+	{start: []string{readinessPod, addonsPod, metricsComponent}, ready: []string{readinessPod, addonsPod, metricsComponent}},
 }
 
 // stopOrder is startOrder's components in reverse.
@@ -59,15 +59,15 @@ func (cp *ControlPlane) stages() []stage {
 }
 
 // start runs the start-up order through the launcher. Once the first
-// stage has started, the DNS image is made in the background, so that it
-// is ready by the DNS's turn without holding up the API server.
+// stage has started, the add-ons' image is made in the background, so that
+// it is ready by the DNS's turn without holding up the API server.
 func (cp *ControlPlane) start(ctx context.Context) error {
 	for i, st := range cp.stages() {
 		if err := cp.startStage(ctx, st); err != nil {
 			return err
 		}
 		if i == 0 {
-			cp.startDNSImage()
+			cp.startAddonImage()
 		}
 	}
 	return nil

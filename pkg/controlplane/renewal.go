@@ -202,6 +202,19 @@ func (cp *ControlPlane) renewCertificates() (renewed []string, next time.Time, e
 				errs = append(errs, err.Error())
 			}
 		}
+
+	}
+	// metrics-server's pod reads its certificate from a Secret, which holds
+	// whichever server's was written first: every pass looks, and the
+	// pass after the Secret's is due comes in time, whoever wrote it.
+	var metricsDue time.Time
+	if cp.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		metricsDue, err = cp.publishMetricsCert(ctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	now := time.Now()
 	var capped []string
@@ -228,6 +241,9 @@ func (cp *ControlPlane) renewCertificates() (renewed []string, next time.Time, e
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
+	}
+	if metricsDue.After(now) && (next.IsZero() || metricsDue.Before(next)) {
+		next = metricsDue
 	}
 	if len(capped) > 0 && len(errs) == 0 {
 		cp.progressf("certificates: %s cannot be renewed past the end of the CA that signs them: rotate the CA (docs/certificates.md)", strings.Join(capped, ", "))

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 
 	"github.com/steadyplane/steadyplane/internal/testup"
 )
@@ -22,6 +23,10 @@ import (
 // the README says the data outlives one:
 //   - the node's /metrics/resource, through the API server's node proxy,
 //     has the CPU time of the web pod's container;
+//   - kubectl top shows the node and the web pod, and the metrics API has
+//     every running pod within a minute; an autoscaler takes a CPU burner
+//     to three replicas and back to one (the walkthrough's kubectl wait
+//     fails the script otherwise);
 //   - a claim of the default StorageClass is bound to a local volume on the
 //     node, written by one pod and read by the next after the first is
 //     deleted and up restarted; deleting the claim removes the directory
@@ -87,8 +92,19 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 			nodeIP = a.Address
 		}
 	}
-	var external, answered, conflict, measured bool
+	var external, answered, conflict, measured, topNode, topPod, scaledUp, scaledDown, scaled bool
 	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		// NAME  CPU(cores)  CPU(%)  MEMORY(bytes)  MEMORY(%)
+		topNode = topNode || len(f) == 5 && f[0] == "steadyplane" && strings.HasSuffix(f[1], "m") && strings.HasSuffix(f[3], "Mi")
+		// NAME  CPU(cores)  MEMORY(bytes), without headers
+		topPod = topPod || len(f) == 3 && strings.HasPrefix(f[0], "web-") && strings.HasSuffix(f[1], "m") && strings.HasSuffix(f[2], "Mi")
+		// The walkthrough waits for 3 replicas, then for 1 (a timeout
+		// fails the script), then shows the Deployment: NAME READY
+		// UP-TO-DATE AVAILABLE AGE, READY x/1 (x counts pods not gone yet).
+		scaledUp = scaledUp || l == "horizontalpodautoscaler.autoscaling/burn condition met"
+		scaledDown = scaledDown || scaledUp && l == "deployment.apps/burn condition met"
+		scaled = scaled || scaledDown && len(f) == 5 && f[0] == "burn" && strings.HasSuffix(f[1], "/1")
 		// container_cpu_usage_seconds_total{container="busybox",namespace="default",pod="web-..."} <seconds> <ms>
 		if f := strings.Fields(l); len(f) == 3 && strings.HasPrefix(f[0], `container_cpu_usage_seconds_total{container="busybox",namespace="default",pod="web-`) {
 			v, err := strconv.ParseFloat(f[1], 64)
@@ -107,6 +123,33 @@ func TestStorageMetricsLoadBalancers(t *testing.T) {
 	if !measured {
 		t.Errorf("the node's /metrics/resource has no CPU time of the web pod's container")
 	}
+	if !topNode || !topPod || !scaled {
+		t.Errorf("kubectl top nodes shows the node %v, kubectl top pods the web pod %v; the autoscaler back at 1 replica %v; want all", topNode, topPod, scaled)
+	}
+	// Every pod that runs has its figures in the metrics API within a
+	// minute: two scrapes of its node.
+	metrics := metricsclient.NewForConfigOrDie(cfg)
+	testup.WaitFor(t, ctx, time.Minute, "every running pod in the metrics API", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Running"})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, err := metrics.MetricsV1beta1().PodMetricses("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		have := map[string]bool{}
+		for _, m := range got.Items {
+			have[m.Namespace+"/"+m.Name] = len(m.Containers) > 0
+		}
+		var missing []string
+		for _, p := range pods.Items {
+			if started := p.Status.StartTime; started != nil && time.Since(started.Time) > time.Minute && !have[p.Namespace+"/"+p.Name] {
+				missing = append(missing, p.Namespace+"/"+p.Name)
+			}
+		}
+		return len(missing) == 0, "no metrics for " + strings.Join(missing, ", ")
+	})
 	// The aggregation layer's front proxy, which extension API servers
 	// (metrics-server) trust: its CA and name published for them.
 	auth, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})

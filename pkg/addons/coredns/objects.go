@@ -27,8 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	netutils "k8s.io/utils/net"
 	"k8s.io/utils/ptr"
 
@@ -85,25 +83,12 @@ const (
 	configDir         = "/etc/coredns"
 	kubeconfigPath    = configDir + "/kubeconfig"
 	kubeconfigContext = "steadyplane"
-	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 )
 
-// Kubeconfig is CoreDNS's kubeconfig: the service account's token and CA
-// as the pod has them, the API servers to fail over between, and the
-// auth provider that does it (steadyplane's binary registers it).
+// Kubeconfig is CoreDNS's kubeconfig: its service account's credentials
+// and the API servers to fail over between (altsvcclient.PodKubeconfig).
 func Kubeconfig(c Config) (string, error) {
-	cfg := clientcmdapi.NewConfig()
-	cluster := &clientcmdapi.Cluster{Server: c.APIServer, CertificateAuthority: serviceAccountDir + "/ca.crt"}
-	if err := altsvcclient.SetKubeconfigHosts(cluster, c.Alternatives); err != nil {
-		return "", err
-	}
-	cfg.Clusters[kubeconfigContext] = cluster
-	cfg.AuthInfos[Name] = &clientcmdapi.AuthInfo{TokenFile: serviceAccountDir + "/token",
-		AuthProvider: &clientcmdapi.AuthProviderConfig{Name: altsvcclient.AuthProviderName, Config: map[string]string{altsvcclient.AuthProviderKubeconfig: kubeconfigPath}}}
-	cfg.Contexts[kubeconfigContext] = &clientcmdapi.Context{Cluster: kubeconfigContext, AuthInfo: Name}
-	cfg.CurrentContext = kubeconfigContext
-	b, err := clientcmd.Write(*cfg)
-	return string(b), err
+	return altsvcclient.PodKubeconfig(c.APIServer, c.Alternatives, Name, kubeconfigPath)
 }
 
 // ServiceIP is the kube-dns Service's address: the tenth of the service

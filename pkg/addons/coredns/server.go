@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strconv"
+
+	"github.com/steadyplane/steadyplane/pkg/altsvc/altsvcclient"
 )
 
 // Needs is what a server's cluster DNS depends on, as "up" runs it.
@@ -101,8 +102,7 @@ func PlanServer(s Server) (plan Plan, note string, err error) {
 // release that see the same list write the same Deployment.
 func WithServers(c Config, servers []string) Config {
 	if len(servers) > 1 {
-		servers = slices.Sorted(slices.Values(servers))
-		c.APIServer, c.Alternatives = "https://"+servers[0], servers
+		c.APIServer, c.Alternatives, _ = altsvcclient.OrderedServers(servers)
 	}
 	return c
 }

@@ -3,8 +3,10 @@ package altsvcclient
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -114,4 +116,43 @@ func HostsForServer(cfg *clientcmdapi.Config, server string) ([]string, error) {
 		}
 	}
 	return nil, nil
+}
+
+// ServiceAccountDir is where a pod finds its service account's token and
+// the cluster's CA.
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// PodKubeconfig is the kubeconfig of an add-on that runs in a pod (CoreDNS,
+// metrics-server) and reaches the API servers with client-go alone: its
+// service account's token and CA as the pod has them, server and the
+// alternatives to fail over between, and this package's auth provider,
+// which reads the kubeconfig again at path (where the pod mounts it) to do
+// it. user names the credentials; the one context is "steadyplane".
+func PodKubeconfig(server string, alternatives []string, user, path string) (string, error) {
+	const context = "steadyplane"
+	cfg := clientcmdapi.NewConfig()
+	cluster := &clientcmdapi.Cluster{Server: server, CertificateAuthority: ServiceAccountDir + "/ca.crt"}
+	if err := SetKubeconfigHosts(cluster, alternatives); err != nil {
+		return "", err
+	}
+	cfg.Clusters[context] = cluster
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{TokenFile: ServiceAccountDir + "/token",
+		AuthProvider: &clientcmdapi.AuthProviderConfig{Name: AuthProviderName, Config: map[string]string{AuthProviderKubeconfig: path}}}
+	cfg.Contexts[context] = &clientcmdapi.Context{Cluster: context, AuthInfo: user}
+	cfg.CurrentContext = context
+	b, err := clientcmd.Write(*cfg)
+	return string(b), err
+}
+
+// OrderedServers are the server and the alternatives an add-on's
+// kubeconfig (PodKubeconfig) names for servers, the API servers that serve
+// now (host:port): all of them in one order, so that servers of one
+// release that see the same list write the same objects. ok is false for
+// no servers.
+func OrderedServers(servers []string) (server string, alternatives []string, ok bool) {
+	if len(servers) == 0 {
+		return "", nil, false
+	}
+	alternatives = slices.Sorted(slices.Values(servers))
+	return "https://" + alternatives[0], alternatives, true
 }
