@@ -89,13 +89,14 @@ func run(ctx context.Context, runs int) error {
 	}
 	cfg.WarningHandler = rest.NoWarnings{} // the pods are the bench's, not for Pod Security's advice
 	cs := kubernetes.NewForConfigOrDie(cfg)
+	first := firstMetrics(ctx, cfg, upReady)
 	if err := storage(ctx, cs, runs); err != nil {
 		return err
 	}
 	if err := loadBalancers(ctx, cs, runs); err != nil {
 		return err
 	}
-	return metricsFigures(ctx, cfg, cs, b.DataDir, upReady, runs)
+	return metricsFigures(ctx, cfg, cs, b.DataDir, first, runs)
 }
 
 // until polls cond until it holds and returns how long that took since
