@@ -19,7 +19,9 @@ import (
 // a pod worker ends as soon as its pod retires
 // (podworker.TestStatusWriteEndsWithThePod).
 func TestPatchStatusEndsWithItsContext(t *testing.T) {
-	held, release := make(chan struct{}), make(chan struct{})
+	// held has room for the first request's signal: the handler may run
+	// before the test waits for it (a loaded machine), and must not drop it.
+	held, release := make(chan struct{}, 1), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case held <- struct{}{}:
