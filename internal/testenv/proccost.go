@@ -13,11 +13,9 @@ import (
 // children's, e.g. probe commands), in percent of one core, and returns it
 // with the process's RSS in MiB at the end.
 func ProcessCost(pid int, d time.Duration) (cpuPercent, rssMiB float64) {
-	t0 := cpuTicks(pid)
+	c0 := CPUSeconds(pid)
 	time.Sleep(d)
-	t1 := cpuTicks(pid)
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return float64(t1-t0) / ticksPerSecond / d.Seconds() * 100, RSSMiB(pid)
+	return (CPUSeconds(pid) - c0) / d.Seconds() * 100, RSSMiB(pid)
 }
 
 // CPUSeconds is the CPU time a process has used so far, its own and its

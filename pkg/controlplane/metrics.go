@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -121,7 +122,7 @@ func renewalTimeOf(certPEM []byte) time.Time {
 // metrics-server certificate.
 func (cp *ControlPlane) metricsServingPaths() (certPath, keyPath string) {
 	dir := cp.dir.credentials(metricsapi.Name)
-	return dir + "/" + metricsServing + ".crt", dir + "/" + metricsServing + ".key"
+	return filepath.Join(dir, metricsServing+".crt"), filepath.Join(dir, metricsServing+".key")
 }
 
 // waitMetricsStarted waits until metrics-server's Deployment has its pod

@@ -99,7 +99,35 @@ func NamedGroupBinding(name, role, group string) *rbacv1.ClusterRoleBinding {
 
 // ServiceAccountBinding binds Role role in namespace to a service account there.
 func ServiceAccountBinding(role, namespace, serviceAccount string) any {
-	return binding(role, namespace, "Role", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: namespace})
+	return binding(role, namespace, "Role", serviceAccountSubject(namespace, serviceAccount))
+}
+
+// ServiceAccount is an add-on's service account, namespace/name.
+func ServiceAccount(namespace, name string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ManagedBy}}
+}
+
+// ServiceAccountClusterBinding binds ClusterRole role to the service
+// account namespace/serviceAccount under name (the role's own, or another
+// for a role of upstream's bootstrap policy).
+func ServiceAccountClusterBinding(name, role, namespace, serviceAccount string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: ManagedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{serviceAccountSubject(namespace, serviceAccount)}}
+}
+
+// NamedServiceAccountBinding binds Role role in namespace to a service
+// account there under name: for a role of upstream's bootstrap policy
+// (extension-apiserver-authentication-reader).
+func NamedServiceAccountBinding(name, role, namespace, serviceAccount string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: ManagedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
+		Subjects: []rbacv1.Subject{serviceAccountSubject(namespace, serviceAccount)}}
+}
+
+func serviceAccountSubject(namespace, name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}
 }
 
 func binding(role, namespace, roleKind string, subject rbacv1.Subject) any {

@@ -8,6 +8,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/steadyplane/steadyplane/pkg/addons/apply"
@@ -100,12 +101,17 @@ func TestMetricsAPIObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scale, err := deploys.GetScale(ctx, metricsapi.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 2
-	if _, err := deploys.UpdateScale(ctx, metricsapi.Name, scale, metav1.UpdateOptions{}); err != nil {
+	// The Deployment controller writes its status meanwhile: a conflict is
+	// asked again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := deploys.GetScale(ctx, metricsapi.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 2
+		_, err = deploys.UpdateScale(ctx, metricsapi.Name, scale, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := apply.Objects(ctx, admin, objs); err != nil {

@@ -45,30 +45,15 @@ func Objects(ctx context.Context, cfg *rest.Config, objs []any) error {
 		var err error
 		switch o := obj.(type) {
 		case *corev1.ConfigMap:
-			err = patch(o, func(b []byte) error {
-				_, err := client.CoreV1().ConfigMaps(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, b, opts)
-				return err
-			})
+			err = patch(ctx, o, client.CoreV1().ConfigMaps(o.Namespace).Patch, opts)
 		case *corev1.Secret:
-			err = patch(o, func(b []byte) error {
-				_, err := client.CoreV1().Secrets(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, b, opts)
-				return err
-			})
+			err = patch(ctx, o, client.CoreV1().Secrets(o.Namespace).Patch, opts)
 		case *corev1.Service:
-			err = patch(o, func(b []byte) error {
-				_, err := client.CoreV1().Services(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, b, opts)
-				return err
-			})
+			err = patch(ctx, o, client.CoreV1().Services(o.Namespace).Patch, opts)
 		case *appsv1.Deployment:
-			err = patch(o, func(b []byte) error {
-				_, err := client.AppsV1().Deployments(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, b, opts)
-				return err
-			})
+			err = patch(ctx, o, client.AppsV1().Deployments(o.Namespace).Patch, opts)
 		case *apiregistrationv1.APIService:
-			err = patch(o, func(b []byte) error {
-				_, err := agg.ApiregistrationV1().APIServices().Patch(ctx, o.Name, types.ApplyPatchType, b, opts)
-				return err
-			})
+			err = patch(ctx, o, agg.ApiregistrationV1().APIServices().Patch, opts)
 		default:
 			err = rbacutil.Ensure(ctx, client, obj)
 		}
@@ -79,12 +64,13 @@ func Objects(ctx context.Context, cfg *rest.Config, objs []any) error {
 	return nil
 }
 
-func patch(obj metav1.Object, send func([]byte) error) error {
+// patch applies obj with a typed client's Patch.
+func patch[T any](ctx context.Context, obj metav1.Object, send func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (T, error), opts metav1.PatchOptions) error {
 	b, err := json.Marshal(obj)
 	if err != nil {
 		return err
 	}
-	if err := send(b); err != nil {
+	if _, err := send(ctx, obj.GetName(), types.ApplyPatchType, b, opts); err != nil {
 		name := obj.GetName()
 		if ns := obj.GetNamespace(); ns != "" {
 			name = ns + "/" + name

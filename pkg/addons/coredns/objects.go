@@ -161,8 +161,7 @@ func HasNameserver(resolvConf []byte) bool {
 func Objects(c Config) ([]any, error) {
 	labels := map[string]string{"k8s-app": AppLabel, "app.kubernetes.io/managed-by": "steadyplane"}
 	selector := map[string]string{"k8s-app": AppLabel}
-	sa := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: rbacutil.ManagedBy}}
+	sa := rbacutil.ServiceAccount(Namespace, Name)
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: RoleName, Labels: rbacutil.ManagedBy},
 		Rules: []rbacv1.PolicyRule{
@@ -170,11 +169,7 @@ func Objects(c Config) ([]any, error) {
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		},
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: RoleName, Labels: rbacutil.ManagedBy},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: Name, Namespace: Namespace}},
-	}
+	binding := rbacutil.ServiceAccountClusterBinding(RoleName, RoleName, Namespace, Name)
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: labels},
 		Data:       map[string]string{"Corefile": Corefile(c)}}

@@ -129,8 +129,7 @@ func Args(c Config) []string {
 func Objects(c Config) ([]any, error) {
 	labels := map[string]string{"k8s-app": AppLabel, "app.kubernetes.io/managed-by": "steadyplane"}
 	selector := map[string]string{"k8s-app": AppLabel}
-	sa := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: rbacutil.ManagedBy}}
+	sa := rbacutil.ServiceAccount(Namespace, Name)
 	reader := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: ReaderRoleName, Labels: map[string]string{
 			"app.kubernetes.io/managed-by":                 "steadyplane",
@@ -146,25 +145,12 @@ func Objects(c Config) ([]any, error) {
 			{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}},
 		},
 	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: Name, Namespace: Namespace}}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: RoleName, Labels: rbacutil.ManagedBy},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RoleName},
-		Subjects:   subject,
-	}
+	binding := rbacutil.ServiceAccountClusterBinding(RoleName, RoleName, Namespace, Name)
 	// As every extension API server: it asks the API servers who a
 	// request's user is and what they may do, and reads the front proxy's
 	// CA from kube-system/extension-apiserver-authentication.
-	delegator := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: Name + ":system:auth-delegator", Labels: rbacutil.ManagedBy},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   subject,
-	}
-	authReader := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: Name + "-auth-reader", Namespace: Namespace, Labels: rbacutil.ManagedBy},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-		Subjects:   subject,
-	}
+	delegator := rbacutil.ServiceAccountClusterBinding(Name+":system:auth-delegator", "system:auth-delegator", Namespace, Name)
+	authReader := rbacutil.NamedServiceAccountBinding(Name+"-auth-reader", "extension-apiserver-authentication-reader", Namespace, Name)
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: Namespace, Labels: labels},
 		Data:       map[string]string{"node-ca.crt": string(c.NodeCA)}}
