@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -105,7 +104,7 @@ func runCluster(ctx context.Context, servers, workers, pods int) error {
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	api := v1alpha1.Client{Dynamic: dynamic.NewForConfigOrDie(cfg)}
-	if err := waitReadyNodes(ctx, cs, len(hosts)); err != nil {
+	if err := testenv.WaitReadyNodes(ctx, cs, len(hosts), 10*time.Minute); err != nil {
 		return err
 	}
 	fmt.Printf("cluster up in %.1fs\n", time.Since(began).Seconds())
@@ -161,27 +160,6 @@ func runCluster(ctx context.Context, servers, workers, pods int) error {
 		return err
 	}
 	return roll("v0.9.4 -> v0.9.2 (--rollback)", "--rollback")
-}
-
-// waitReadyNodes waits until n Nodes are Ready.
-func waitReadyNodes(ctx context.Context, cs kubernetes.Interface, n int) error {
-	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		ready := 0
-		if err == nil {
-			for _, node := range list.Items {
-				for _, c := range node.Status.Conditions {
-					if c.Type == "Ready" && c.Status == "True" {
-						ready++
-					}
-				}
-			}
-		}
-		if ready == n {
-			return nil
-		}
-	}
-	return fmt.Errorf("%d Nodes not Ready within 10 minutes", n)
 }
 
 // nodeMoves is each node's time to move in the last rollout, from the

@@ -29,6 +29,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	buildinfo.StampComponentVersion()
 	// Every component in this binary that names its client certificate's
 	// files (its kubeconfig) reads them again this often: a renewal, at
 	// two thirds of the certificate's lifetime, must reach it well within

@@ -1,10 +1,17 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/steadyplane/steadyplane/internal/testimage"
 )
@@ -127,4 +134,40 @@ func CleanHost(nw *Network, h *ClusterHost, bin string) {
 	CleanNode(filepath.Join(h.DataDir(), "node"))
 	name, args := nw.NSEnter(h.Index, h.HostName, bin, "cleanup", "--data-dir", h.DataDir())
 	_ = exec.Command(name, args...).Run()
+}
+
+// ReadyNodes are the names of the Ready Nodes, sorted (nil when they
+// cannot be listed).
+func ReadyNodes(ctx context.Context, client kubernetes.Interface) []string {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	var ready []string
+	for _, n := range list.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = append(ready, n.Name)
+			}
+		}
+	}
+	slices.Sort(ready)
+	return ready
+}
+
+// WaitReadyNodes waits, polling every second, until n Nodes are Ready.
+func WaitReadyNodes(ctx context.Context, client kubernetes.Interface, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var ready []string
+	for {
+		if ready = ReadyNodes(ctx, client); len(ready) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d Nodes not Ready within %s (Ready: %v)", n, timeout, ready)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -254,8 +254,23 @@ func (nw *Network) Gateway() net.IP { return hostIP(nw.Subnet, 1) }
 // /16 cidr (e.g. 10.216.0.0/16), which a test's cluster gives its pods.
 func RequireUnusedRange(t testing.TB, cidr string) {
 	t.Helper()
-	prefix := strings.Join(strings.SplitN(cidr, ".", 3)[:2], ".") + "."
-	if routes, err := exec.Command("ip", "route", "show", "table", "all").Output(); err != nil || strings.Contains(string(routes), prefix) {
-		t.Fatalf("the pods' range %s must be unused on this machine (ip route: %v)", cidr, err)
+	if err := UnusedRange(cidr); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// UnusedRange says why the /16 cidr is not free for a test cluster's pods
+// (a route of the machine is in it), or nil.
+func UnusedRange(cidr string) error {
+	prefix := strings.Join(strings.SplitN(cidr, ".", 3)[:2], ".") + "."
+	routes, err := exec.Command("ip", "route", "show", "table", "all").Output()
+	if err != nil {
+		return fmt.Errorf("the pods' range %s: ip route: %w", cidr, err)
+	}
+	for _, r := range strings.Split(string(routes), "\n") {
+		if strings.Contains(r, prefix) {
+			return fmt.Errorf("the pods' range %s must be unused on this machine; a route is in it: %s", cidr, r)
+		}
+	}
+	return nil
 }

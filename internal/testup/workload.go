@@ -3,7 +3,6 @@ package testup
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -197,23 +196,4 @@ func (l *Workload) Stop() WorkloadResult {
 	}
 	return WorkloadResult{Reads: l.reads, FailedReads: l.failedReads, Writes: l.writes, FailedWrites: l.failedWrites,
 		LostEvents: l.lostEvents, DuplicateEvents: l.duplicateEvents, LongestGap: l.longestGap, Errors: l.errors}
-}
-
-// ReadyNodes are the names of the Ready Nodes, sorted (nil when they
-// cannot be listed).
-func ReadyNodes(ctx context.Context, client kubernetes.Interface) []string {
-	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil
-	}
-	var ready []string
-	for _, n := range list.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready = append(ready, n.Name)
-			}
-		}
-	}
-	slices.Sort(ready)
-	return ready
 }

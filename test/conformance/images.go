@@ -25,8 +25,7 @@ type suiteImage struct {
 	image v1.Image
 }
 
-// suiteImages builds, offline, the images the sig-node, sig-apps,
-// api-machinery and sig-network conformance tests run
+// suiteImages builds, offline, the images the conformance tests run
 // (test/utils/image/manifest.go at the module's version): agnhost as its
 // Dockerfile makes it, on Debian's busybox-static instead of Alpine, with
 // this machine's curl, dig, nslookup, getent, openbsd nc and ss (and the
@@ -35,20 +34,21 @@ type suiteImage struct {
 // 80 (the tests only reach it over HTTP);
 // pause as agnhost's pause; kitten and nautilus as agnhost's test-webserver
 // with each one's own files (and an os-release naming their Alpine base);
-// nonewprivs with its setuid program; nonroot as busybox with USER 1234.
-func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
+// nonewprivs with its setuid program; nonroot as busybox with USER 1234;
+// sample-apiserver as its Dockerfile makes it; etcd as busybox with
+// test/conformance/etcd at /usr/local/bin/etcd. bin holds the programs.
+func suiteImages(bin, k8sSrc string) ([]suiteImage, error) {
 	busybox, err := testimage.Busybox()
 	if err != nil {
 		return nil, err
 	}
-	agnhostBin, err := os.ReadFile(agnhost)
-	if err != nil {
-		return nil, err
+	programs := map[string][]byte{}
+	for _, name := range []string{"agnhost", "nnp", "sample-apiserver", "etcd"} {
+		if programs[name], err = os.ReadFile(filepath.Join(bin, name)); err != nil {
+			return nil, err
+		}
 	}
-	nnpBin, err := os.ReadFile(nnp)
-	if err != nil {
-		return nil, err
-	}
+	agnhostBin, nnpBin := programs["agnhost"], programs["nnp"]
 	on := func(base v1.Image, config v1.Config, files ...testimage.File) (v1.Image, error) {
 		img := base
 		if len(files) > 0 {
@@ -175,6 +175,20 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The aggregator test's extension API server, as its Dockerfile
+	// makes it, and the etcd beside it at the path the test runs.
+	sampleAPIServer, err := on(busybox, v1.Config{Entrypoint: []string{"/sample-apiserver"}},
+		testimage.File{Name: "sample-apiserver", Mode: 0o755, Body: programs["sample-apiserver"]})
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := on(busybox, v1.Config{},
+		testimage.File{Name: "usr/", Mode: 0o755}, testimage.File{Name: "usr/local/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/", Mode: 0o755},
+		testimage.File{Name: "usr/local/bin/etcd", Mode: 0o755, Body: programs["etcd"]})
+	if err != nil {
+		return nil, err
+	}
 	return []suiteImage{
 		{"e2e-test-images/agnhost:2.63.0", agnhostImg},
 		{"e2e-test-images/agnhost:2.55", agnhostImg},
@@ -188,14 +202,16 @@ func suiteImages(agnhost, nnp, k8sSrc string) ([]suiteImage, error) {
 		{"e2e-test-images/glibc-dns-testing:2.0.0", dnsTesting},
 		{"pause:3.10.2", pause},
 		{"library/busybox:1.37", busyboxBash},
+		{"e2e-test-images/sample-apiserver:1.29.2", sampleAPIServer},
+		{"etcd:3.6.8-0", etcd},
 	}, nil
 }
 
-// serveImages starts a registry on 127.0.0.1 holding images, logging its
-// requests to requests, and returns its host:port and a function that
-// stops it.
-func serveImages(images []suiteImage, requests io.Writer) (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// serveImages starts a registry on listen (host:port; port 0 for any)
+// holding images, logging its requests to requests, and returns its
+// host:port and a function that stops it.
+func serveImages(images []suiteImage, listen string, requests io.Writer) (string, func(), error) {
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return "", nil, err
 	}

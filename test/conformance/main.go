@@ -1,25 +1,30 @@
 // Command conformance runs the upstream Kubernetes conformance suite
 // (k8s.io/kubernetes/test/e2e at the version steadyplane imports) against a
-// "steadyplane up" of its own, offline: it builds e2e.test, the ginkgo CLI
-// and the programs of the suite's images from the module cache, makes the
-// images (internal/testimage), serves them from a registry on 127.0.0.1
-// named in KUBE_TEST_REPO_LIST, and runs the focused tests in parallel.
-// It prints the passed, failed and skipped counts and every failure with
-// its first line, and exits 1 when a test failed.
+// cluster of its own, offline: it builds e2e.test, the ginkgo CLI and the
+// programs of the suite's images from the module cache, makes the images
+// (internal/testimage), serves them from a registry of its own named in
+// KUBE_TEST_REPO_LIST, and runs the focused tests in parallel, with
+// steadyplane's kubectl as the suite's. It prints the passed, failed and
+// skipped counts and every failure with its first line, and exits 1 when a
+// test failed.
+//
+// The whole set runs on a server ("steadyplane up") and a worker
+// ("steadyplane node") in network namespaces of their own, since some
+// tests need two schedulable nodes; a focused run uses one "up" on
+// loopback (-nodes chooses).
 //
 // As root, from the module root:
 //
-//	go run ./test/conformance                       # sig-node, sig-apps, api-machinery, sig-network
+//	go run ./test/conformance                       # every [Conformance] test, on a server and a worker
 //	go run ./test/conformance -focus '\[sig-node\].*Pods should be submitted and removed'
 //	go run ./test/conformance -rerun-failed         # what failed last time
 //
 // The images are made of Debian's busybox-static (apt-get install
 // busybox-static) and programs of this machine with their libraries (curl,
-// dig, nc, bash as sh: images.go). Three tests cannot pass here: the
-// aggregator's needs the sample-apiserver image, which is not built here,
-// a DaemonSet rollback test needs two nodes, and the read-only busybox
-// container's test expects busybox sh's own words for the refused write
-// ("can't create /file"), which bash, the images' sh, puts otherwise.
+// dig, nc, bash as sh: images.go). One test cannot pass here: the
+// read-only busybox container's test expects busybox sh's own words for
+// the refused write ("can't create /file"), which bash, the images' sh,
+// puts otherwise (docs/pods.md says why bash).
 //
 // Traffic to the service range that no proxy rule rewrote is dropped
 // (OUTPUT and FORWARD) while it runs: it would otherwise leave the machine
@@ -32,7 +37,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -63,6 +68,7 @@ func main() {
 	procs := flag.Int("procs", 10, "tests run at once (ginkgo --procs; most of a test's time is waiting); [Serial] tests run alone at the end")
 	rerun := flag.Bool("rerun-failed", false, "run only the tests that failed in the last run's report (in -work)")
 	timeout := flag.Duration("timeout", 2*time.Hour, "the whole suite's timeout (ginkgo --timeout)")
+	nodes := flag.Int("nodes", 0, "1: one steadyplane up on loopback; 2: a server (up) and a worker (node) in network namespaces of their own, for the tests that need two schedulable nodes; 0: 2 for the whole set or -rerun-failed, else 1")
 	flag.Parse()
 	if *rerun {
 		last, err := readReport(filepath.Join(*work, "report", "report.json"))
@@ -77,7 +83,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	failed, err := run(ctx, *work, *focus, *skip, *procs, *timeout)
+	if *nodes == 0 {
+		*nodes = 1
+		if *focus == defaultFocus || *rerun {
+			*nodes = 2
+		}
+	}
+	if *nodes != 1 && *nodes != 2 {
+		fmt.Fprintln(os.Stderr, "conformance: -nodes: 1 or 2 (0: 2 for the whole set or -rerun-failed, else 1)")
+		os.Exit(2)
+	}
+	failed, err := run(ctx, *work, *focus, *skip, *procs, *nodes, *timeout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(2)
@@ -87,7 +103,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, work, focus, skip string, procs int, timeout time.Duration) (failed int, err error) {
+func run(ctx context.Context, work, focus, skip string, procs, nodes int, timeout time.Duration) (failed int, err error) {
 	if os.Geteuid() != 0 {
 		return 0, errors.New("run as root: up's node agent makes namespaces, mounts and the pod network")
 	}
@@ -108,15 +124,18 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 		return 0, err
 	}
 	// The images' programs are static, as their images need; the suite
-	// and ginkgo run here and are built as the machine's go builds.
+	// and ginkgo run here and are built as the machine's go builds. The
+	// etcd the aggregator test runs is steadyplane's (this module's).
 	steps := []struct {
-		what, pkg, out string
-		static         bool
+		what, dir, pkg, out string
+		static              bool
 	}{
-		{"the suite (e2e.test)", "k8s.io/kubernetes/test/e2e", "e2e.test", false},
-		{"the ginkgo CLI", "github.com/onsi/ginkgo/v2/ginkgo", "ginkgo", false},
-		{"agnhost", "k8s.io/kubernetes/test/images/agnhost", "agnhost", true},
-		{"nonewprivs", "k8s.io/kubernetes/test/images/nonewprivs", "nnp", true},
+		{"the suite (e2e.test)", suite, "k8s.io/kubernetes/test/e2e", "e2e.test", false},
+		{"the ginkgo CLI", suite, "github.com/onsi/ginkgo/v2/ginkgo", "ginkgo", false},
+		{"agnhost", suite, "k8s.io/kubernetes/test/images/agnhost", "agnhost", true},
+		{"nonewprivs", suite, "k8s.io/kubernetes/test/images/nonewprivs", "nnp", true},
+		{"the sample API server", suite, "k8s.io/sample-apiserver", "sample-apiserver", true},
+		{"etcd", root, "./test/conformance/etcd", "etcd", true},
 	}
 	for _, s := range steps {
 		fmt.Printf("building %s from the module cache\n", s.what)
@@ -125,7 +144,7 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 			args = []string{"test", "-c", "-o", filepath.Join(bin, s.out), s.pkg}
 		}
 		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = suite, os.Stdout, os.Stderr
+		cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, os.Stdout, os.Stderr
 		if s.static {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		}
@@ -137,9 +156,15 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 	if err != nil {
 		return 0, err
 	}
+	// The suite's kubectl is steadyplane's (upstream's commands with the
+	// failover transport), as a user of the cluster runs it.
+	kubectl := filepath.Join(bin, "kubectl")
+	if err := os.WriteFile(kubectl, fmt.Appendf(nil, "#!/bin/sh\nexec %q kubectl \"$@\"\n", steadyplane), 0o700); err != nil {
+		return 0, err
+	}
 
-	fmt.Println("making the suite's images and serving them on 127.0.0.1")
-	images, err := suiteImages(filepath.Join(bin, "agnhost"), filepath.Join(bin, "nnp"), k8sSrc)
+	fmt.Println("making the suite's images")
+	images, err := suiteImages(bin, k8sSrc)
 	if err != nil {
 		return 0, err
 	}
@@ -152,40 +177,44 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 		return 0, err
 	}
 	defer registryLog.Close()
-	host, stopRegistry, err := serveImages(images, registryLog)
+	// The registry listens where the nodes reach it: on loopback for one
+	// up, on the hosts' bridge for a server and a worker in their own
+	// network namespaces.
+	listen := "127.0.0.1:0"
+	var nw *testenv.Network
+	if nodes == 2 {
+		if nw, err = testenv.NewNetwork(2); err != nil {
+			return 0, err
+		}
+		defer nw.Close()
+		listen = net.JoinHostPort(nw.Gateway().String(), "0")
+	}
+	host, stopRegistry, err := serveImages(images, listen, registryLog)
 	if err != nil {
 		return 0, err
 	}
+	fmt.Println("serving the images on", host)
 	defer stopRegistry()
 	repos := filepath.Join(work, "repo-list.yaml")
 	if err := os.WriteFile(repos, []byte(repoList(host)), 0o600); err != nil {
 		return 0, err
 	}
 
-	undrop, err := testenv.DropServiceRange(serviceCIDR)
+	var c cluster
+	if nw == nil {
+		undrop, err := testenv.DropServiceRange(serviceCIDR)
+		if err != nil {
+			return 0, err
+		}
+		defer undrop()
+		c, err = startSingle(ctx, steadyplane, filepath.Join(work, "data"))
+	} else {
+		c, err = startPair(ctx, steadyplane, nw, filepath.Join(work, "cluster"), host, reports)
+	}
 	if err != nil {
 		return 0, err
 	}
-	defer undrop()
-
-	dataDir := filepath.Join(work, "data")
-	if err := freshDataDir(ctx, steadyplane, dataDir); err != nil {
-		return 0, err
-	}
-	ports, err := testenv.FreePorts(testenv.UpPorts)
-	if err != nil {
-		return 0, err
-	}
-	upArgs, cleanup := testenv.UpArgs(dataDir, ports, 245, conformanceBridge, "--service-cidr", serviceCIDR)
-	fmt.Println("starting steadyplane up:", strings.Join(upArgs, " "))
-	up, err := testenv.StartUp(ctx, steadyplane, upArgs)
-	if err != nil {
-		cleanup()
-		return 0, err
-	}
-	defer cleanup()
-	defer up.Stop()
-	fmt.Printf("up in %s\n", up.AllReady.Round(time.Second))
+	defer c.stop()
 
 	ginkgoArgs := []string{
 		"--procs", fmt.Sprint(procs), "--timeout", timeout.String(),
@@ -196,7 +225,7 @@ func run(ctx context.Context, work, focus, skip string, procs int, timeout time.
 		ginkgoArgs = append(ginkgoArgs, "--skip", skip)
 	}
 	ginkgoArgs = append(ginkgoArgs, filepath.Join(bin, "e2e.test"), "--",
-		"--kubeconfig", filepath.Join(dataDir, "admin.kubeconfig"),
+		"--kubeconfig", c.kubeconfig, "--kubectl-path", kubectl,
 		"--provider", "skeleton", "--report-dir", reports,
 		"--e2e-output-dir", reports, "--dump-logs-on-failure=false")
 	fmt.Println("running the suite; its output is in", filepath.Join(reports, "ginkgo.log"))
@@ -322,22 +351,4 @@ func (r results) print(w *os.File) int {
 	}
 	fmt.Fprintf(w, "passed %d, failed %d, skipped by the suite %d\n", counts["passed"], len(bad), counts["skipped"])
 	return len(bad)
-}
-
-// freshDataDir removes the data directory of an earlier run. A run that was
-// killed (a CI job cancelled, a machine's session ended) leaves its pods'
-// processes, namespace and root-filesystem mounts behind, which a plain
-// removal cannot pass: "steadyplane cleanup", as a user would run it after a
-// kill -9 of up, stops and unmounts them first.
-func freshDataDir(ctx context.Context, steadyplane, dataDir string) error {
-	if _, err := os.Stat(dataDir); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	cmd := exec.CommandContext(ctx, steadyplane, "cleanup", "--data-dir", dataDir, "--cni-bridge", conformanceBridge, "--remove-data")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	fmt.Println("cleaning up after an earlier run:", strings.Join(cmd.Args, " "))
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("a fresh data directory: steadyplane cleanup: %w (see findmnt for mounts left under %s)", err, dataDir)
-	}
-	return nil
 }

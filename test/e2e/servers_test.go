@@ -782,7 +782,7 @@ func restoreOnThreeServers(t *testing.T, ctx context.Context, nw *testenv.Networ
 	client := testup.HAClient(t, survivor.kubeconfig())
 	testup.WaitFor(t, ctx, 2*time.Minute, "two voting etcd members and both servers' Nodes Ready", func() (bool, string) {
 		m, err := members()
-		ready := testup.ReadyNodes(ctx, client)
+		ready := testenv.ReadyNodes(ctx, client)
 		// The snapshot has the lost server's Node Ready already: the
 		// heartbeat must be of its new agent.
 		var beat time.Time

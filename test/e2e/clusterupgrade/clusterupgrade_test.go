@@ -114,7 +114,7 @@ func TestReleaseRollsOverTheCluster(t *testing.T) {
 	client := testup.HAClient(t, kubeconfig)
 	names := []string{"s2", "s3", "steadyplane", "w4"}
 	testup.WaitFor(t, ctx, 4*time.Minute, "four Ready nodes", func() (bool, string) {
-		ready := testup.ReadyNodes(ctx, client)
+		ready := testenv.ReadyNodes(ctx, client)
 		return slices.Equal(ready, names), fmt.Sprintf("Ready: %v", ready)
 	})
 	t.Logf("three servers and a worker up in %.1fs", time.Since(begun).Seconds())

@@ -90,7 +90,7 @@ func TestCertificatesRenewedWhileRunning(t *testing.T) {
 	}
 	client := testup.HAClient(t, program)
 	testup.WaitFor(t, ctx, 3*time.Minute, "both nodes Ready", func() (bool, string) {
-		ready := testup.ReadyNodes(ctx, client)
+		ready := testenv.ReadyNodes(ctx, client)
 		return len(ready) == 2, fmt.Sprintf("Ready: %v", ready)
 	})
 
