@@ -155,7 +155,8 @@ func ReadyNodes(ctx context.Context, client kubernetes.Interface) []string {
 	return ready
 }
 
-// WaitReadyNodes waits, polling every second, until n Nodes are Ready.
+// WaitReadyNodes waits, polling every second, until at least n Nodes are
+// Ready, or timeout passes (or ctx ends).
 func WaitReadyNodes(ctx context.Context, client kubernetes.Interface, n int, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -166,7 +167,7 @@ func WaitReadyNodes(ctx context.Context, client kubernetes.Interface, n int, tim
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d Nodes not Ready within %s (Ready: %v)", n, timeout, ready)
+			return fmt.Errorf("%d Nodes not Ready within %s (Ready: %v): %w", n, timeout, ready, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // ProcessCost samples a process's CPU over d (its own and its reaped
@@ -95,12 +97,7 @@ func ClusterProcesses(dataDir string) []ClusterProcess {
 			continue
 		}
 		argv[pid] = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			s := string(stat)
-			if f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]); len(f) > 1 {
-				parent[pid], _ = strconv.Atoi(f[1])
-			}
-		}
+		parent[pid] = procfs.ParentPid(pid)
 	}
 	in := func(pid int) bool {
 		for p := pid; p > 1; p = parent[p] {

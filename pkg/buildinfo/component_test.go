@@ -40,7 +40,7 @@ func TestStampComponentVersion(t *testing.T) {
 		_ = version.SetDynamicVersion(saved[0])
 	})
 	if !strings.HasPrefix(before.GitVersion, placeholderPrefix) {
-		t.Fatalf("version.Get() = %+v before the stamp, want the placeholder", before)
+		t.Skipf("this test binary was built with a version (%s): nothing to stamp", before.GitVersion)
 	}
 	stampComponentVersion(Info{GitVersion: "v1.36.3+steadyplane-v0.5.0", Commit: "0123abc"})
 	got := version.Get()

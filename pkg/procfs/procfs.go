@@ -82,6 +82,25 @@ func StartTime(pid int) (uint64, bool) {
 	return t, err == nil
 }
 
+// ParentPid is the parent of process pid (field 4 of /proc/<pid>/stat),
+// or 0 when pid is gone.
+func ParentPid(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
 // InPod says whether process pid runs in a container of the pod with uid:
 // the node agent names each container's cgroup <pod UID>_<container>, so
 // the pod's processes are told from those of other clusters' pods on the

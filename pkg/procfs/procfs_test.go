@@ -61,3 +61,12 @@ func TestStartTime(t *testing.T) {
 		t.Error("a pid beyond the kernel's limit has a start time")
 	}
 }
+
+func TestParentPid(t *testing.T) {
+	if got := ParentPid(os.Getpid()); got != os.Getppid() {
+		t.Errorf("ParentPid(self) = %d, want %d", got, os.Getppid())
+	}
+	if got := ParentPid(-1); got != 0 {
+		t.Errorf("ParentPid(-1) = %d, want 0", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // pairPods is the pods' range of the server and worker run; each node has
@@ -112,7 +114,7 @@ func startPair(ctx context.Context, steadyplane string, nw *testenv.Network, dir
 		testenv.CleanHost(nw, server, steadyplane)
 		return fail(fmt.Errorf("the server: %w (its logs: %s)", err, filepath.Join(server.DataDir(), "logs")))
 	}
-	stops = append(stops, func() { up.Stop(); testenv.CleanHost(nw, server, steadyplane) })
+	stops = append(stops, func() { stopProcess(up.Cmd(), time.Minute); testenv.CleanHost(nw, server, steadyplane) })
 	fmt.Printf("server up in %s\n", up.AllReady.Round(time.Second))
 
 	if err := worker.TakeToken(server); err != nil {
@@ -172,17 +174,31 @@ func stopProcess(cmd *exec.Cmd, grace time.Duration) {
 }
 
 // cleanStaleCluster removes the server and worker of an earlier run in
-// dir that was killed: its processes (found by the directory in their
-// arguments or their ancestors'), its containers and mounts. Its network
-// namespaces went with its runner (testenv.NewNetwork removes those of
-// processes that are gone).
+// dir that was killed: its processes (those whose arguments, or an
+// ancestor's, name a path under dir; never this process or its own
+// ancestors), once they are gone its containers and mounts, then the
+// directory. Its network namespaces went with its runner
+// (testenv.NewNetwork removes those of processes that are gone).
 func cleanStaleCluster(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	fmt.Println("cleaning up after an earlier run in", dir)
-	for _, p := range testenv.ClusterProcesses(dir) {
-		_ = syscall.Kill(p.Pid, syscall.SIGKILL)
+	fmt.Println("removing the cluster of an earlier run in", dir)
+	mine := map[int]bool{}
+	for pid := os.Getpid(); pid > 1; pid = procfs.ParentPid(pid) {
+		mine[pid] = true
+	}
+	var killed []int
+	for _, p := range testenv.ClusterProcesses(dir + string(filepath.Separator)) {
+		if !mine[p.Pid] && syscall.Kill(p.Pid, syscall.SIGKILL) == nil {
+			killed = append(killed, p.Pid)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		killed = slices.DeleteFunc(killed, func(pid int) bool { return syscall.Kill(pid, 0) != nil })
+		if len(killed) == 0 {
+			break
+		}
 	}
 	hostDirs, _ := filepath.Glob(filepath.Join(dir, "host*"))
 	for _, h := range hostDirs {
@@ -190,7 +206,7 @@ func cleanStaleCluster(dir string) error {
 		testenv.CleanNode(filepath.Join(h, ".steadyplane", "node"))
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("a fresh cluster directory: %w (see findmnt for mounts left under %s)", err, dir)
+		return fmt.Errorf("a fresh cluster directory: %w (processes still there: %v; see findmnt for mounts left under %s)", err, killed, dir)
 	}
 	return nil
 }

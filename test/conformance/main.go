@@ -10,8 +10,8 @@
 //
 // The whole set runs on a server ("steadyplane up") and a worker
 // ("steadyplane node") in network namespaces of their own, since some
-// tests need two schedulable nodes; a focused run uses one "up" on
-// loopback (-nodes chooses).
+// tests need two schedulable nodes, and so does -rerun-failed; a focused
+// run uses one "up" on loopback (-nodes chooses).
 //
 // As root, from the module root:
 //
@@ -37,6 +37,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -107,6 +108,11 @@ func run(ctx context.Context, work, focus, skip string, procs, nodes int, timeou
 	if os.Geteuid() != 0 {
 		return 0, errors.New("run as root: up's node agent makes namespaces, mounts and the pod network")
 	}
+	// Every host command runs in its own directory: paths must not be
+	// relative.
+	if work, err = filepath.Abs(work); err != nil {
+		return 0, err
+	}
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return 0, err
@@ -157,9 +163,13 @@ func run(ctx context.Context, work, focus, skip string, procs, nodes int, timeou
 		return 0, err
 	}
 	// The suite's kubectl is steadyplane's (upstream's commands with the
-	// failover transport), as a user of the cluster runs it.
+	// failover transport), as a user of the cluster runs it: the binary
+	// runs kubectl when called by that name.
 	kubectl := filepath.Join(bin, "kubectl")
-	if err := os.WriteFile(kubectl, fmt.Appendf(nil, "#!/bin/sh\nexec %q kubectl \"$@\"\n", steadyplane), 0o700); err != nil {
+	if err := os.Remove(kubectl); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	if err := os.Symlink(steadyplane, kubectl); err != nil {
 		return 0, err
 	}
 
@@ -200,13 +210,15 @@ func run(ctx context.Context, work, focus, skip string, procs, nodes int, timeou
 		return 0, err
 	}
 
+	// The suite runs here, beside the nodes: its own packets to the
+	// service range must not leave by the default route either.
+	undrop, err := testenv.DropServiceRange(serviceCIDR)
+	if err != nil {
+		return 0, err
+	}
+	defer undrop()
 	var c cluster
 	if nw == nil {
-		undrop, err := testenv.DropServiceRange(serviceCIDR)
-		if err != nil {
-			return 0, err
-		}
-		defer undrop()
 		c, err = startSingle(ctx, steadyplane, filepath.Join(work, "data"))
 	} else {
 		c, err = startPair(ctx, steadyplane, nw, filepath.Join(work, "cluster"), host, reports)

@@ -3,7 +3,9 @@
 // sample API server as its storage: a member of etcd's own server
 // (pkg/etcd, go.etcd.io/etcd/server/v3/embed) under etcd's flag names,
 // plain HTTP unless given certificates, its data in <name>.etcd in the
-// working directory unless --data-dir says otherwise.
+// working directory unless --data-dir says otherwise. It is "steadyplane
+// etcd" without the rest of the binary: the image stays small, and the
+// test runs it by etcd's path with no subcommand.
 package main
 
 import (
