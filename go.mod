@@ -5,6 +5,7 @@ go 1.26.0
 godebug default=go1.26
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/containernetworking/cni v1.2.3
 	github.com/coredns/coredns v1.14.7
 	github.com/creack/pty v1.1.24

@@ -163,6 +163,34 @@ func (nw *Network) Restore(i int) error {
 	return ipCmds([]string{"-n", nw.Hosts[i].Namespace, "link", "set", "eth0", "up"})
 }
 
+// lossyRule is the iptables rule (after the chain) that drops a share of
+// host i's packets: statistic's random match (this kernel has no netem).
+func lossyRule(percent int) []string {
+	return []string{"-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%.2f", float64(percent)/100),
+		"-m", "comment", "--comment", "steadyplane test: lossy link", "-j", "DROP"}
+}
+
+// Lossy drops percent of the packets host i sends and receives, at random,
+// until Unlossy.
+func (nw *Network) Lossy(i, percent int) error {
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-I", chain}, lossyRule(percent)...)
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			nw.Unlossy(i, percent)
+			return fmt.Errorf("iptables -I %s on host %d: %v: %s", chain, i, err, out)
+		}
+	}
+	return nil
+}
+
+// Unlossy undoes Lossy(i, percent).
+func (nw *Network) Unlossy(i, percent int) {
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-D", chain}, lossyRule(percent)...)
+		_ = exec.Command("ip", args...).Run()
+	}
+}
+
 // Close removes the namespaces (with their veths) and the bridge.
 func (nw *Network) Close() {
 	for _, h := range nw.Hosts {

@@ -148,8 +148,14 @@ func StartUp(ctx context.Context, bin string, args []string) (*UpRun, error) {
 			return u, nil
 		}
 	}
-	_ = cmd.Wait()
-	return nil, fmt.Errorf("up exited before it was up")
+	err = cmd.Wait()
+	// Its last words say why.
+	last := u.Steps[max(0, len(u.Steps)-15):]
+	lines := make([]string, len(last))
+	for i, st := range last {
+		lines[i] = st.Line
+	}
+	return nil, fmt.Errorf("up exited before it was up (%v); its last lines:\n%s", err, strings.Join(lines, "\n"))
 }
 
 // argValue is the value of flag name in args ("--name value"), or "".

@@ -1,0 +1,96 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/steadyplane/steadyplane/internal/robustness/history"
+	"github.com/steadyplane/steadyplane/internal/robustness/model"
+)
+
+func w(kind model.Kind, name, value string, pre int64, rv int64, call, ret time.Duration) history.Op {
+	return history.Op{Input: model.Input{Kind: kind, Name: name, Value: value, Precondition: pre},
+		Output: model.Output{Result: model.OK, RV: rv}, Call: call, Return: ret}
+}
+
+func TestWriteOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ops  []history.Op
+		want []string
+	}{
+		{"in order", []history.Op{w(model.Create, "a", "1", 0, 5, 0, 10), w(model.Create, "b", "2", 0, 6, 20, 30)}, nil},
+		{"concurrent, either order", []history.Op{w(model.Create, "a", "1", 0, 6, 0, 30), w(model.Create, "b", "2", 0, 5, 10, 20)}, nil},
+		{"two at one rv", []history.Op{w(model.Create, "a", "1", 0, 5, 0, 10), w(model.Create, "b", "2", 0, 5, 0, 10)}, []string{"two writes acknowledged at rv 5"}},
+		{"a later write below an earlier", []history.Op{w(model.Create, "a", "1", 0, 9, 0, 10), w(model.Update, "b", "2", 3, 7, 20, 30)}, []string{"has an rv below"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := WriteOrder(tc.ops)
+			if len(got) != len(tc.want) {
+				t.Fatalf("WriteOrder = %q, want %d violations", got, len(tc.want))
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tc.want[i]) {
+					t.Errorf("violation %q, want %q", got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestHistoryReport(t *testing.T) {
+	ops := []history.Op{
+		w(model.Create, "a", "1", 0, 5, 0, 10),
+		w(model.Update, "a", "2", 5, 6, 20, 30),
+		{Input: model.Input{Kind: model.Get, Name: "a"}, Output: model.Output{Result: model.OK, Value: "1", RV: 5}, Call: 40, Return: 50},
+	}
+	r := History(ops, nil, 10*time.Second)
+	if r.OK() || r.Linearizable != porcupine.Illegal || len(r.Violations) != 1 {
+		t.Fatalf("a stale read: %+v, want one violation, not linearizable", r)
+	}
+	dir := t.TempDir()
+	if err := r.WriteReport(dir, ops, nil, map[string]int{"seed": 7}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"history.json", "watches.json", "run.json", "violations.txt", "linearization.html"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if good := History(ops[:2], nil, 10*time.Second); !good.OK() {
+		t.Errorf("create and update: %+v, want no violation", good)
+	}
+}
+
+func TestGaps(t *testing.T) {
+	answer := func(client int, kind model.Kind, at time.Duration, result model.Result) history.Op {
+		return history.Op{Client: client, Input: model.Input{Kind: kind}, Output: model.Output{Result: result}, Return: at}
+	}
+	s := time.Second
+	ops := []history.Op{
+		answer(1, model.Get, 1*s, model.OK), answer(1, model.Get, 2*s, model.OK),
+		answer(1, model.Get, 3*s, model.Unknown), // a failure is no answer
+		answer(1, model.Get, 6*s, model.NotFound), answer(1, model.Get, 7*s, model.OK),
+		answer(1, model.Update, 1*s, model.Conflict), answer(1, model.Update, 9*s, model.OK),
+		answer(2, model.Get, 1*s, model.OK),
+	}
+	got := Gaps(ops, []Window{{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}})
+	want := []Gap{
+		{Client: 1, Window: Window{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}, Reads: 4 * s, Writes: 8 * s},
+		// client 2 read nothing after 1 s, and never wrote.
+		{Client: 2, Window: Window{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}, Reads: 3 * s, Writes: 1500 * time.Millisecond},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Gaps = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("gap %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
