@@ -163,18 +163,23 @@ func (nw *Network) Restore(i int) error {
 	return ipCmds([]string{"-n", nw.Hosts[i].Namespace, "link", "set", "eth0", "up"})
 }
 
-// lossyRule is the iptables rule (after the chain) that drops a share of
-// host i's packets: statistic's random match (this kernel has no netem).
-func lossyRule(percent int) []string {
-	return []string{"-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%.2f", float64(percent)/100),
+// lossyRule is the iptables rule of chain that drops a share of host i's
+// packets on its link (not its loopback): statistic's random match (this
+// kernel has no netem).
+func lossyRule(chain string, percent int) []string {
+	dir := "-i"
+	if chain == "OUTPUT" {
+		dir = "-o"
+	}
+	return []string{dir, "eth0", "-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%.2f", float64(percent)/100),
 		"-m", "comment", "--comment", "steadyplane test: lossy link", "-j", "DROP"}
 }
 
-// Lossy drops percent of the packets host i sends and receives, at random,
-// until Unlossy.
+// Lossy drops percent of the packets host i sends and receives on its
+// link, at random, until Unlossy.
 func (nw *Network) Lossy(i, percent int) error {
 	for _, chain := range []string{"INPUT", "OUTPUT"} {
-		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-I", chain}, lossyRule(percent)...)
+		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-I", chain}, lossyRule(chain, percent)...)
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			nw.Unlossy(i, percent)
 			return fmt.Errorf("iptables -I %s on host %d: %v: %s", chain, i, err, out)
@@ -186,7 +191,7 @@ func (nw *Network) Lossy(i, percent int) error {
 // Unlossy undoes Lossy(i, percent).
 func (nw *Network) Unlossy(i, percent int) {
 	for _, chain := range []string{"INPUT", "OUTPUT"} {
-		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-D", chain}, lossyRule(percent)...)
+		args := append([]string{"netns", "exec", nw.Hosts[i].Namespace, "iptables", "-D", chain}, lossyRule(chain, percent)...)
 		_ = exec.Command("ip", args...).Run()
 	}
 }

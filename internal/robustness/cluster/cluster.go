@@ -176,8 +176,16 @@ func (c *Cluster) LogDirs() map[string]string {
 }
 
 // Close stops every host (SIGTERM, as a service manager stops up), ends
-// what they left and removes the network.
+// what they left and removes the network. A process a fault left stopped
+// is continued, and a cut link mended, first.
 func (c *Cluster) Close() {
+	for i, h := range c.hosts {
+		if h.Server {
+			_ = c.Signal(i, "apiserver", syscall.SIGCONT)
+			_ = c.Signal(i, "etcd", syscall.SIGCONT)
+		}
+		_ = c.nw.Restore(i)
+	}
 	c.mu.Lock()
 	procs := append([]*exec.Cmd(nil), c.procs...)
 	c.mu.Unlock()

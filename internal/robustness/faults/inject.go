@@ -41,6 +41,9 @@ type Applied struct {
 // started again.
 const hostRestartDelay = 5 * time.Second
 
+// hostStartTimeout bounds a killed host's start again.
+const hostStartTimeout = 5 * time.Minute
+
 // Inject applies plan to c as the run's clock (since) reaches each
 // fault's At, each fault in its own goroutine so that they overlap as
 // planned, and returns what happened once every fault is over (or ctx
@@ -102,8 +105,11 @@ func apply(ctx context.Context, c Cluster, f Fault, since func() time.Duration) 
 			return err
 		}
 		sleepUntil(ctx, since, f.At+hostRestartDelay)
-		// Started again even when the run ends: a test stops it cleanly.
-		err := c.StartHost(context.WithoutCancel(ctx), f.Host)
+		// Started again even when the run ends (a test stops it
+		// cleanly), but not waited for without end.
+		startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostStartTimeout)
+		err := c.StartHost(startCtx, f.Host)
+		cancel()
 		hold()
 		return err
 	}

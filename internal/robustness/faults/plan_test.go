@@ -35,8 +35,8 @@ func TestPlan(t *testing.T) {
 				if f.Down() && g.Down() && f.Host != g.Host {
 					t.Fatalf("seed %d: %+v and %+v take two servers down at once", seed, g, f)
 				}
-				if g.Kind == KillHost && f.Host == g.Host && f.Kind != BlackHole && f.Kind != Lossy {
-					t.Fatalf("seed %d: %+v on a host %+v killed", seed, f, g)
+				if g.Down() && f.Down() && f.Kind != BlackHole {
+					t.Fatalf("seed %d: %+v joins %+v, which has its server down", seed, f, g)
 				}
 			}
 		}

@@ -68,6 +68,8 @@ func TestCheckWatches(t *testing.T) {
 		{"an acknowledged update missing", []Watch{{From: 5, Events: drop(1)}}, []string{"missed update a=a2 at rv 11"}},
 		{"missing inside a gap after 410", []Watch{{From: 5, Events: drop(1), Gaps: []Gap{{From: 10, To: 12}}}}, nil},
 		{"a delete missing before the object came back", []Watch{{From: 5, Events: drop(3)}}, []string{"missed the delete of a"}},
+		{"a delete inside a gap after 410", []Watch{{From: 5, Events: drop(3), Gaps: []Gap{{From: 12, To: 13}}}}, nil},
+		{"a delete delivered after the object came back", []Watch{{From: 5, Events: []Event{good[0], good[1], good[2], good[4], {Type: Deleted, Name: "a", Value: "a2", RV: 15}}}}, []string{"missed the delete of a"}},
 		{"an event twice", []Watch{{From: 5, Events: append(good[:2:2], good[1:]...)}}, []string{"out of order or twice"}},
 		{"out of order", []Watch{{From: 5, Events: []Event{good[1], good[0]}}}, []string{"out of order or twice"}},
 		{"an event no write made", []Watch{{From: 14, Events: []Event{{Type: Added, Name: "c", Value: "c9", RV: 20}}}}, []string{"which no write made"}},

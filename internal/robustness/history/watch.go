@@ -135,11 +135,20 @@ func CheckWatches(watches []Watch, ops []Op) []string {
 			for _, d := range ds {
 				// The deletion's own resourceVersion is not known: it is
 				// due in the stream once the object came back after it.
-				if d.Output.Result != model.OK || d.Precondition <= w.From || w.inGap(d.Precondition) {
+				if d.Output.Result != model.OK || d.Precondition <= w.From {
 					continue
 				}
-				recreated := slices.ContainsFunc(w.Events, func(e Event) bool { return e.Type == Added && e.Name == name && e.RV > d.Precondition })
-				if recreated && !slices.ContainsFunc(w.Events, func(e Event) bool { return e.Type == Deleted && e.Name == name && e.RV > d.Precondition }) {
+				i := slices.IndexFunc(w.Events, func(e Event) bool { return e.Type == Added && e.Name == name && e.RV > d.Precondition })
+				if i < 0 {
+					continue
+				}
+				back := w.Events[i].RV
+				// The deletion lies between the precondition and the
+				// object's return: a gap there may hold it.
+				if slices.ContainsFunc(w.Gaps, func(g Gap) bool { return g.From < back && g.To > d.Precondition }) {
+					continue
+				}
+				if !slices.ContainsFunc(w.Events, func(e Event) bool { return e.Type == Deleted && e.Name == name && e.RV > d.Precondition && e.RV < back }) {
 					bad = append(bad, fmt.Sprintf("watcher %d: missed the delete of %s at rv %d (it watched rv %d to %d)", w.Watcher, name, d.Precondition, w.From, last))
 				}
 			}

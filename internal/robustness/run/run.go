@@ -21,6 +21,7 @@ import (
 	"github.com/steadyplane/steadyplane/internal/robustness/cluster"
 	"github.com/steadyplane/steadyplane/internal/robustness/faults"
 	"github.com/steadyplane/steadyplane/internal/robustness/history"
+	"github.com/steadyplane/steadyplane/internal/robustness/model"
 	"github.com/steadyplane/steadyplane/internal/robustness/traffic"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 	"github.com/steadyplane/steadyplane/pkg/clientconfig"
@@ -54,6 +55,9 @@ type Result struct {
 	Faults  []faults.Applied
 	Gaps    []check.Gap
 	Watches []history.Watch
+	// Answered counts the operations the servers answered (a list's
+	// objects once), AcknowledgedWrites the writes they applied.
+	Answered, AcknowledgedWrites int
 	// Report is the report's directory, when the checks failed.
 	Report string
 }
@@ -112,6 +116,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, 
 	wg.Wait()
 
 	ops := rec.Ops()
+	for _, op := range ops {
+		if op.Output.Result != model.Unknown && !op.FromList {
+			res.Answered++
+			if op.Output.Result == model.OK && op.Kind != model.Get {
+				res.AcknowledgedWrites++
+			}
+		}
+	}
 	res.Check = check.History(ops, res.Watches, 5*time.Minute)
 	windows := []check.Window{{Kind: "whole run", From: 0, To: last}}
 	for _, f := range res.Faults {
@@ -154,8 +166,8 @@ func newClient(kubeconfig string, qps float32) (*kubernetes.Clientset, error) {
 // Summary is the run's figures as lines: operations, violations, and per
 // fault kind the median and worst gap for reads and for writes.
 func (r Result) Summary() []string {
-	lines := []string{fmt.Sprintf("seed %d: %d operations (%d outcome unknown), linearizable %s, %d violations",
-		r.Seed, r.Check.Operations, r.Check.Unknown, r.Check.Linearizable, len(r.Check.Violations))}
+	lines := []string{fmt.Sprintf("seed %d: %d operations (%d answered, %d writes acknowledged, %d outcome unknown), linearizable %s, %d violations",
+		r.Seed, r.Check.Operations, r.Answered, r.AcknowledgedWrites, r.Check.Unknown, r.Check.Linearizable, len(r.Check.Violations))}
 	for _, k := range GapsByKind(r.Gaps) {
 		lines = append(lines, fmt.Sprintf("  %-16s n=%-3d reads median %s worst %s; writes median %s worst %s",
 			k.Kind, k.N, k.ReadMedian.Round(time.Millisecond), k.ReadWorst.Round(time.Millisecond),
