@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/steadyplane/steadyplane/pkg/node/podnet"
+	"github.com/steadyplane/steadyplane/pkg/procfs"
 )
 
 // UpPorts is how many free loopback ports UpArgs takes.
@@ -292,4 +293,26 @@ func claimPodRange(octet, first int, bridge string) (cidr string, release func()
 	// Nothing free (or no temporary directory): the first choice, which up
 	// checks and refuses with a clear error if it is taken.
 	return fmt.Sprintf("10.%d.%d.0/24", octet, first), func() {}
+}
+
+// StopProcess sends p SIGTERM, as a service manager stops a service, and
+// SIGKILL when it has not ended within grace; it returns once p has ended
+// (a zombie counts as ended: whoever started p reaps it).
+func StopProcess(p *os.Process, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
+	if waitEnded(p.Pid, grace) {
+		return
+	}
+	_ = p.Kill()
+	waitEnded(p.Pid, 10*time.Second)
+}
+
+// waitEnded polls until process pid has ended, up to timeout.
+func waitEnded(pid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if !procfs.Running(pid) {
+			return true
+		}
+	}
+	return !procfs.Running(pid)
 }

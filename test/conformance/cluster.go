@@ -114,7 +114,7 @@ func startPair(ctx context.Context, steadyplane string, nw *testenv.Network, dir
 		testenv.CleanHost(nw, server, steadyplane)
 		return fail(fmt.Errorf("the server: %w (its logs: %s)", err, filepath.Join(server.DataDir(), "logs")))
 	}
-	stops = append(stops, func() { stopProcess(up.Cmd(), time.Minute); testenv.CleanHost(nw, server, steadyplane) })
+	stops = append(stops, func() { testenv.StopProcess(up.Cmd().Process, time.Minute); testenv.CleanHost(nw, server, steadyplane) })
 	fmt.Printf("server up in %s\n", up.AllReady.Round(time.Second))
 
 	if err := worker.TakeToken(server); err != nil {
@@ -132,7 +132,7 @@ func startPair(ctx context.Context, steadyplane string, nw *testenv.Network, dir
 		return fail(err)
 	}
 	stops = append(stops, func() {
-		stopProcess(node, 30*time.Second)
+		testenv.StopProcess(node.Process, 30*time.Second)
 		workerLog.Close()
 		testenv.CleanHost(nw, worker, steadyplane)
 	})
@@ -157,20 +157,6 @@ func startPair(ctx context.Context, steadyplane string, nw *testenv.Network, dir
 // (host:port) over plain HTTP: its own mirror at an http:// endpoint.
 func registriesFile(registry string) []byte {
 	return fmt.Appendf(nil, "mirrors:\n  %q:\n    endpoint:\n      - %q\n", registry, "http://"+registry)
-}
-
-// stopProcess sends cmd's process SIGTERM, as a service manager stops it,
-// and kills it when it has not exited within grace.
-func stopProcess(cmd *exec.Cmd, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	select {
-	case <-exited:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
 }
 
 // cleanStaleCluster removes the server and worker of an earlier run in

@@ -191,14 +191,7 @@ func (c *Cluster) Close() {
 	c.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
 		if p := procs[i]; p != nil && p.Process != nil {
-			_ = p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _, _ = p.Process.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(45 * time.Second):
-				_ = p.Process.Kill()
-			}
+			testenv.StopProcess(p.Process, 45*time.Second)
 		}
 		testenv.CleanHost(c.nw, c.hosts[i], c.bin)
 	}
