@@ -12,6 +12,7 @@
 //
 //	sudo go run ./bench/robustness --seeds 10 --length 10m
 //	sudo go run ./bench/robustness --first-seed 7 --seeds 1   # replay seed 7
+//	sudo go run ./bench/robustness --kinds kill-apiserver     # one kind, no overlap
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 
 	"github.com/steadyplane/steadyplane/internal/robustness/check"
 	"github.com/steadyplane/steadyplane/internal/robustness/cluster"
+	"github.com/steadyplane/steadyplane/internal/robustness/faults"
 	"github.com/steadyplane/steadyplane/internal/robustness/run"
 	"github.com/steadyplane/steadyplane/internal/testenv"
 )
@@ -38,12 +40,18 @@ func main() {
 	watchers := flag.Int("watchers", 2, "watchers at once")
 	objects := flag.Int("objects", 10, "ConfigMaps the clients share")
 	qps := flag.Float64("qps", 20, "each client's most requests a second (how finely a gap is seen)")
+	kinds := flag.String("kinds", "", "comma-separated fault kinds to draw from (default every kind: "+fmt.Sprint(faults.Kinds)+"); one kind alone measures its gaps without overlap")
 	always := flag.Bool("report-always", false, "write every seed's report, not only those with violations")
 	reports := flag.String("reports", filepath.Join(os.TempDir(), "steadyplane-robustness"), "directory of the reports of seeds with violations")
 	flag.Parse()
+	drawn, err := faults.ParseKinds(*kinds)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "robustness: --kinds:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := bench(ctx, *first, *seeds, *length, run.Config{Clients: *clients, Watchers: *watchers, Objects: *objects, QPS: float32(*qps), ReportDir: *reports, AlwaysReport: *always}); err != nil {
+	if err := bench(ctx, *first, *seeds, *length, run.Config{Clients: *clients, Watchers: *watchers, Objects: *objects, QPS: float32(*qps), ReportDir: *reports, AlwaysReport: *always, Kinds: drawn}); err != nil {
 		fmt.Fprintln(os.Stderr, "robustness:", err)
 		os.Exit(1)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -50,9 +52,9 @@ func TestRobustnessHistoryThroughFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.QPS, cfg.Burst = 20, 20 // one request every 50 ms, as the chaos run
+		cfg.QPS = -1 // paced below, as the chaos run: one operation every 50 ms
 		cl := &traffic.Client{ID: id, ConfigMaps: kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps(ns), Names: names,
-			Recorder: rec, Rand: rand.New(rand.NewSource(int64(id))), Timeout: 10 * time.Second}
+			Recorder: rec, Rand: rand.New(rand.NewSource(int64(id))), Timeout: 10 * time.Second, Pace: rate.NewLimiter(20, 1)}
 		wg.Go(func() { cl.Run(runCtx) })
 	}
 	watches := make([]history.Watch, 2)

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -16,72 +17,92 @@ type Window struct {
 	To   time.Duration `json:"to"`
 }
 
-// Gap is the longest time one client went without an answer while a
-// window lasted, for its reads and for its writes.
+// Gap is the longest time one client waited for an answer while a window
+// lasted, for its reads and for its writes.
 type Gap struct {
 	Client        int
 	Window        Window
 	Reads, Writes time.Duration
 }
 
-// Gaps is, for each window and each client, the longest stretch between
-// two answers of the client (any result but Unknown: a NotFound or a
-// Conflict is the server deciding) that overlaps the window, for reads
-// and for writes apart. A client with no answer of a kind around the
-// window counts the whole window.
+// Gaps is, for each window and each client, the longest time the client
+// waited for an answer (any result but Unknown: a NotFound or a Conflict
+// is the server deciding), for reads and for writes apart: from the call
+// of an operation to the return of the first answered operation of its
+// kind called since, itself or a later one, over the waits that overlap
+// the window. Time the client spent on the other kind does not count: a
+// run of writes is no gap in reads. A client with no operation of a kind
+// around the window counts the whole window.
 func Gaps(ops []history.Op, windows []Window) []Gap {
-	type answers struct{ reads, writes []time.Duration }
-	byClient := map[int]*answers{}
+	type calls struct{ reads, writes []history.Op }
+	byClient := map[int]*calls{}
 	for _, op := range ops {
-		a := byClient[op.Client]
-		if a == nil {
-			a = &answers{}
-			byClient[op.Client] = a
-		}
-		if op.Output.Result == model.Unknown {
-			continue
+		c := byClient[op.Client]
+		if c == nil {
+			c = &calls{}
+			byClient[op.Client] = c
 		}
 		if op.Kind == model.Get {
-			a.reads = append(a.reads, op.Return)
+			c.reads = append(c.reads, op)
 		} else {
-			a.writes = append(a.writes, op.Return)
+			c.writes = append(c.writes, op)
 		}
 	}
 	clients := make([]int, 0, len(byClient))
-	for c, a := range byClient {
-		clients = append(clients, c)
-		slices.Sort(a.reads)
-		slices.Sort(a.writes)
+	waits := map[int][2][]wait{}
+	for client, c := range byClient {
+		clients = append(clients, client)
+		waits[client] = [2][]wait{waitsOf(c.reads), waitsOf(c.writes)}
 	}
 	slices.Sort(clients)
 	var gaps []Gap
 	for _, w := range windows {
 		for _, c := range clients {
-			a := byClient[c]
-			gaps = append(gaps, Gap{Client: c, Window: w, Reads: longestAround(a.reads, w), Writes: longestAround(a.writes, w)})
+			gaps = append(gaps, Gap{Client: c, Window: w, Reads: longestIn(waits[c][0], w), Writes: longestIn(waits[c][1], w)})
 		}
 	}
 	return gaps
 }
 
-// longestAround is the longest interval between consecutive times in ts
-// (sorted) that overlaps w.
-func longestAround(ts []time.Duration, w Window) time.Duration {
-	var longest time.Duration
-	prev := time.Duration(-1)
-	for _, t := range ts {
-		if prev >= 0 && t >= w.From && prev <= w.To {
-			longest = max(longest, t-prev)
+// wait is how long a client waited from one call for an answer; open when
+// no answer came after it.
+type wait struct {
+	from, until time.Duration
+	open        bool
+}
+
+// waitsOf turns one client's operations of one kind into its waits: each
+// call waits until the return of the first answered operation called at
+// or after it (a client makes one operation at a time, so that one
+// returns first).
+func waitsOf(ops []history.Op) []wait {
+	slices.SortFunc(ops, func(a, b history.Op) int { return cmp.Compare(a.Call, b.Call) })
+	out := make([]wait, len(ops))
+	next, answered := time.Duration(0), false
+	for i := len(ops) - 1; i >= 0; i-- {
+		if ops[i].Output.Result != model.Unknown {
+			next, answered = ops[i].Return, true
 		}
-		prev = t
-		if t > w.To {
-			return longest
-		}
+		out[i] = wait{from: ops[i].Call, until: next, open: !answered}
 	}
-	// No answer after the window ended: the gap runs from the last one
-	// to the window's end at least.
-	if prev < 0 {
+	return out
+}
+
+// longestIn is the longest of waits that overlaps w; an open wait runs to
+// w's end at least.
+func longestIn(waits []wait, w Window) time.Duration {
+	if len(waits) == 0 {
 		return w.To - w.From
 	}
-	return max(longest, w.To-prev)
+	var longest time.Duration
+	for _, x := range waits {
+		until := x.until
+		if x.open {
+			until = max(w.To, x.from)
+		}
+		if x.from <= w.To && until >= w.From {
+			longest = max(longest, until-x.from)
+		}
+	}
+	return longest
 }

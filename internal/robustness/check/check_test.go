@@ -68,22 +68,31 @@ func TestHistoryReport(t *testing.T) {
 }
 
 func TestGaps(t *testing.T) {
-	answer := func(client int, kind model.Kind, at time.Duration, result model.Result) history.Op {
-		return history.Op{Client: client, Input: model.Input{Kind: kind}, Output: model.Output{Result: result}, Return: at}
+	op := func(client int, kind model.Kind, call, ret time.Duration, result model.Result) history.Op {
+		return history.Op{Client: client, Input: model.Input{Kind: kind}, Output: model.Output{Result: result}, Call: call, Return: ret}
 	}
+	ms := time.Millisecond
 	s := time.Second
 	ops := []history.Op{
-		answer(1, model.Get, 1*s, model.OK), answer(1, model.Get, 2*s, model.OK),
-		answer(1, model.Get, 3*s, model.Unknown), // a failure is no answer
-		answer(1, model.Get, 6*s, model.NotFound), answer(1, model.Get, 7*s, model.OK),
-		answer(1, model.Update, 1*s, model.Conflict), answer(1, model.Update, 9*s, model.OK),
-		answer(2, model.Get, 1*s, model.OK),
+		// client 1 reads every 50 ms until a read at 2 s fails after 1 s;
+		// the next read, at 3 s, is answered at 3.05 s.
+		op(1, model.Get, 1900*ms, 1950*ms, model.OK), op(1, model.Get, 1950*ms, 2*s, model.NotFound),
+		op(1, model.Get, 2*s, 3*s, model.Unknown), // a failure is no answer
+		op(1, model.Get, 3*s, 3050*ms, model.OK),
+		// its writes: one slow answer, then a long pause of writing only
+		// reads (no gap), then one that failed with nothing after it.
+		op(1, model.Update, 1*s, 1600*ms, model.Conflict), op(1, model.Update, 9*s, 9100*ms, model.Unknown),
+		// client 2 reads once, long before, and never writes.
+		op(2, model.Get, 100*ms, 150*ms, model.OK),
 	}
-	got := Gaps(ops, []Window{{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}})
+	pause := Window{Kind: "pause", From: 2500 * ms, To: 4 * s}
+	late := Window{Kind: "late", From: 8 * s, To: 10 * s}
+	got := Gaps(ops, []Window{pause, late})
 	want := []Gap{
-		{Client: 1, Window: Window{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}, Reads: 4 * s, Writes: 8 * s},
-		// client 2 read nothing after 1 s, and never wrote.
-		{Client: 2, Window: Window{Kind: "pause", From: 2500 * time.Millisecond, To: 4 * s}, Reads: 3 * s, Writes: 1500 * time.Millisecond},
+		{Client: 1, Window: pause, Reads: 1050 * ms, Writes: 0},
+		{Client: 2, Window: pause, Reads: 0, Writes: 1500 * ms},
+		{Client: 1, Window: late, Reads: 0, Writes: 1 * s}, // open from 9 s to the window's end
+		{Client: 2, Window: late, Reads: 0, Writes: 2 * s},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Gaps = %+v", got)

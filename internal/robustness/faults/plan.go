@@ -4,7 +4,10 @@
 package faults
 
 import (
+	"fmt"
 	"math/rand"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -27,6 +30,25 @@ const (
 
 // Kinds are every fault a plan may draw.
 var Kinds = []Kind{KillAPIServer, KillEtcd, KillHost, PauseAPIServer, PauseEtcd, BlackHole, Lossy}
+
+// ParseKinds reads a comma-separated list of kinds (as a flag gives
+// them); an empty list is every kind.
+func ParseKinds(list string) ([]Kind, error) {
+	var out []Kind
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(Kinds, Kind(name)) {
+			return nil, fmt.Errorf("unknown fault kind %q (known: %v)", name, Kinds)
+		}
+		if !slices.Contains(out, Kind(name)) {
+			out = append(out, Kind(name))
+		}
+	}
+	return out, nil
+}
 
 // Fault is one fault of a plan.
 type Fault struct {

@@ -57,3 +57,21 @@ func TestPlanKinds(t *testing.T) {
 		t.Error("a plan with no servers")
 	}
 }
+
+func TestParseKinds(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []Kind
+		wantErr bool
+	}{
+		{in: "", want: nil},
+		{in: "kill-apiserver", want: []Kind{KillAPIServer}},
+		{in: " pause-etcd , blackhole,pause-etcd,", want: []Kind{PauseEtcd, BlackHole}},
+		{in: "kill-apiserver,unplug", wantErr: true},
+	} {
+		got, err := ParseKinds(tc.in)
+		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseKinds(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}

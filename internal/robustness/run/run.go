@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -36,9 +38,9 @@ type Config struct {
 	Clients, Watchers int
 	// Objects is how many ConfigMaps the clients share.
 	Objects int
-	// QPS is each client's most requests a second: it sets how finely a
-	// gap is seen (20: one request every 50 ms) and what the traffic
-	// costs the machine.
+	// QPS is each client's most operations a second (a list counts one):
+	// what the traffic costs the machine. The pacing is the client's own,
+	// outside client-go, so that it is not counted in a gap.
 	QPS float32
 	// Kinds are the faults drawn (all when empty).
 	Kinds []faults.Kind
@@ -70,7 +72,7 @@ const settle = 5 * time.Second
 func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, ...any)) (Result, error) {
 	res := Result{Seed: cfg.Seed}
 	ns := fmt.Sprintf("robustness-%d", cfg.Seed)
-	admin, err := newClient(c.Kubeconfig, cfg.QPS)
+	admin, err := newClient(c.Kubeconfig)
 	if err != nil {
 		return res, err
 	}
@@ -86,17 +88,18 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, 
 	defer stopTraffic()
 	var wg sync.WaitGroup
 	for id := range cfg.Clients {
-		cs, err := newClient(c.Kubeconfig, cfg.QPS)
+		cs, err := newClient(c.Kubeconfig)
 		if err != nil {
 			return res, err
 		}
 		cl := &traffic.Client{ID: id, ConfigMaps: cs.CoreV1().ConfigMaps(ns), Names: names, Recorder: rec,
-			Rand: rand.New(rand.NewSource(cfg.Seed*1000 + int64(id))), Timeout: 20 * time.Second}
+			Rand: rand.New(rand.NewSource(cfg.Seed*1000 + int64(id))), Timeout: 20 * time.Second,
+			Pace: rate.NewLimiter(rate.Limit(cfg.QPS), 1)}
 		wg.Go(func() { cl.Run(trafficCtx) })
 	}
 	res.Watches = make([]history.Watch, cfg.Watchers)
 	for id := range cfg.Watchers {
-		cs, err := newClient(c.Kubeconfig, cfg.QPS)
+		cs, err := newClient(c.Kubeconfig)
 		if err != nil {
 			return res, err
 		}
@@ -152,14 +155,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, 
 	return res, nil
 }
 
-// newClient is a client of its own through the failover client, limited
-// to qps requests a second (client-go's default is 5).
-func newClient(kubeconfig string, qps float32) (*kubernetes.Clientset, error) {
+// newClient is a client of its own through the failover client, without
+// client-go's limit of 5 requests a second: the traffic paces itself.
+func newClient(kubeconfig string) (*kubernetes.Clientset, error) {
 	cfg, _, err := clientconfig.Load(kubeconfig, clientconfig.Options{})
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = qps, max(1, int(qps))
+	cfg.QPS = -1 // no client-side limiter
 	return kubernetes.NewForConfig(cfg)
 }
 

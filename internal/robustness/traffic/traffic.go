@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,10 @@ type Client struct {
 	Rand       *rand.Rand
 	// Timeout bounds each request.
 	Timeout time.Duration
+	// Pace, if set, spaces the operations: each waits for it before its
+	// call is recorded, so that an operation's time is the cluster's
+	// alone (client-go's own limiter would count its wait in it).
+	Pace *rate.Limiter
 
 	// seen is the last resourceVersion this client saw of each object.
 	seen   map[string]int64
@@ -59,6 +64,9 @@ func (c *Client) Run(ctx context.Context) {
 		c.seen = map[string]int64{}
 	}
 	for ctx.Err() == nil {
+		if c.Pace != nil && c.Pace.Wait(ctx) != nil {
+			return
+		}
 		name := c.Names[c.Rand.Intn(len(c.Names))]
 		rv, known := c.seen[name]
 		switch r := c.Rand.Intn(100); {

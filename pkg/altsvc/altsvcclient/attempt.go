@@ -64,6 +64,10 @@ type Attempt struct {
 	Method string
 	// BodyReplayable is true when the request's body can be produced again.
 	BodyReplayable bool
+	// AtMostOnce is true for a write that takes effect at most once however
+	// often it is sent (see AtMostOnce); it is only looked at, and only
+	// set, for a write that reached its host and failed there.
+	AtMostOnce bool
 	// Last is true on the last host of the plan.
 	Last bool
 }
@@ -77,6 +81,11 @@ type Decision struct {
 	CountsAgainstHost bool
 	// Result is the attempt's label in the requests metric.
 	Result string
+	// OutcomeUnknown is true when the attempt reached its host and its
+	// answer was lost, for a request that may change something: the host
+	// may have carried it out, and the caller must not be told otherwise
+	// (see SettlesUnknown).
+	OutcomeUnknown bool
 }
 
 // AfterAttempt decides what follows one attempt, for requests and for the
@@ -84,7 +93,8 @@ type Decision struct {
 // unless it is a KEP-3028 refusal that another host may do better than; an
 // error is given up on when the caller ended the request, when it is not the
 // host's fault, or when sending again could duplicate the request
-// (MayResend); otherwise the next host is tried.
+// (MayResend, or for a write that reached its host, AtMostOnce); otherwise
+// the next host is tried.
 func AfterAttempt(a Attempt) Decision {
 	if a.Responded {
 		if a.Failure != NotReadyFailure {
@@ -103,10 +113,39 @@ func AfterAttempt(a Attempt) Decision {
 		return Decision{Verdict: GiveUp, Result: a.Failure.String()}
 	}
 	d := Decision{Verdict: TryNext, CountsAgainstHost: true, Result: a.Failure.String()}
-	if !MayResend(a.Method, a.Connected, a.BodyReplayable) {
+	d.OutcomeUnknown = a.Connected && !safeMethod(a.Method)
+	if !MayResend(a.Method, a.Connected, a.BodyReplayable) && !(a.AtMostOnce && a.BodyReplayable) {
 		d.Verdict = GiveUp
 	}
 	return d
+}
+
+// safeMethod tells whether a request of method changes nothing on the
+// server.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, "":
+		return true
+	}
+	return false
+}
+
+// SettlesUnknown tells whether an answer with status to a write sent again
+// after an earlier copy's outcome was lost tells the caller the truth as
+// it is: a success (this copy took effect, so the other did not: see
+// AtMostOnce), or a refusal of the request itself, which the first copy
+// met too (malformed, forbidden, too large, invalid). A conflict or a
+// missing object may be the first copy's own doing, and an error or a
+// throttle settles nothing: the outcome stays unknown.
+func SettlesUnknown(status int) bool {
+	switch {
+	case status >= 200 && status < 300:
+		return true
+	case status == http.StatusBadRequest, status == http.StatusForbidden, status == http.StatusRequestEntityTooLarge,
+		status == http.StatusUnsupportedMediaType, status == http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // attempter is one way of sending a request to one host: the request path
@@ -171,6 +210,9 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 	if !o.at.Responded {
 		o.at.Canceled = req.Context().Err() != nil
 		o.at.Failure = a.classify(o.err, phase)
+		if o.at.Connected && !o.at.Canceled && o.at.Failure != NotHostFailure {
+			o.at.AtMostOnce = atMostOnce(req)
+		}
 	}
 	return o
 }
@@ -359,6 +401,10 @@ func (b *releasingBody) Close() error {
 func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, original string, learn bool, hedgeAfter time.Duration) (*http.Response, string, error) {
 	var lastErr, originalErr error
 	var refusal *http.Response // the last KEP-3028 refusal, returned if no host does better
+	// unknown is set by the first attempt that reached its host and lost
+	// its answer, for a write: from then on the caller learns only what
+	// settles it (SettlesUnknown), or that its outcome is unknown.
+	var unknown *OutcomeUnknownError
 	hedge := hedgeAfter > 0 && hedgeable(req)
 	for i := 0; i < len(plan); i++ {
 		if i > 0 && req.GetBody != nil {
@@ -388,10 +434,25 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 				}
 			}
 			d := judge(pool, o)
+			if d.OutcomeUnknown && unknown == nil {
+				unknown = &OutcomeUnknownError{Host: host, Err: err}
+			}
 			switch d.Verdict {
 			case Deliver:
 				for _, rest := range outs[k+1:] {
 					rest.discard()
+				}
+				if unknown != nil {
+					if !SettlesUnknown(resp.StatusCode) {
+						unknown.Then = fmt.Sprintf("sent again to %s, which answered %s", host, resp.Status)
+						o.discard()
+						if refusal != nil {
+							refusal.Body.Close()
+						}
+						return nil, "", reportUnknown(unknown)
+					}
+					metrics.unknowns.WithLabelValues("settled").Inc()
+					klog.InfoS("A write whose answer was lost was sent again and settled", "lost", unknown.Host, "answered", host, "status", resp.StatusCode)
 				}
 				releaseOnClose(resp, o.done)
 				if o.at.Failure == NotReadyFailure {
@@ -422,9 +483,23 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 				for _, rest := range outs[k:] {
 					rest.discard()
 				}
+				if refusal != nil {
+					refusal.Body.Close()
+				}
+				if unknown != nil {
+					return nil, "", reportUnknown(unknown)
+				}
 				return nil, "", err
 			}
 		}
+	}
+	if unknown != nil {
+		// Not the refusal: client-go would send the write again after it,
+		// and whatever that copy met would hide the first copy's fate.
+		if refusal != nil {
+			refusal.Body.Close()
+		}
+		return nil, "", reportUnknown(unknown)
 	}
 	if refusal != nil {
 		// Every host was either refusing or down: client-go's retry honours
@@ -435,6 +510,14 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 		return nil, "", originalErr
 	}
 	return nil, "", lastErr
+}
+
+// reportUnknown counts and logs a write whose outcome the caller is told
+// is unknown, and returns its error.
+func reportUnknown(e *OutcomeUnknownError) error {
+	metrics.unknowns.WithLabelValues("reported").Inc()
+	klog.InfoS("A write's answer was lost: its outcome is unknown", "host", e.Host, "err", e.Err, "then", e.Then)
+	return e
 }
 
 // recordFailure moves host through its state machine after a failure and

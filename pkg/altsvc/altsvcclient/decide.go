@@ -213,6 +213,10 @@ func Classify(err error, phase Phase) Failure {
 	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verification) {
 		return CertificateFailure
 	}
+	var unanswered *UnansweredError
+	if errors.As(err, &unanswered) {
+		return NetworkFailure
+	}
 	if errors.Is(err, context.Canceled) {
 		return NotHostFailure
 	}
@@ -285,6 +289,23 @@ func ShuttingDown(path string, status int, h http.Header, bodyStart []byte) (boo
 		wait = time.Duration(s) * time.Second
 	}
 	return true, wait
+}
+
+// AttemptPhase is how far an attempt got, from the phase its trace saw
+// and the error it ended with. An attempt whose last step was a dial that
+// failed reached no server, whatever the trace saw: the HTTP/2 transport
+// sends a request again on a new connection only when the server said it
+// did not process it (a GOAWAY past its stream, a refused stream), and
+// net/http only when nothing of it was written. That is how a write meets
+// a server's graceful shutdown: the server's GOAWAY turns it away, and the
+// new connection is refused. It is then not a write whose outcome is
+// unknown, but one to send to the next server.
+func AttemptPhase(traced Phase, err error) Phase {
+	var op *net.OpError
+	if traced == Connected && err != nil && errors.As(err, &op) && op.Op == "dial" {
+		return Connecting
+	}
+	return traced
 }
 
 // MayResend reports whether a request that failed on one host may be sent to

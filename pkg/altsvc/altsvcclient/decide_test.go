@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"reflect"
 	"syscall"
@@ -259,6 +260,27 @@ func TestShuttingDown(t *testing.T) {
 		got, wait := ShuttingDown(tt.path, tt.status, tt.header, tt.body)
 		if got != tt.want || wait != tt.wait {
 			t.Errorf("%s: %v %v, want %v %v", tt.name, got, wait, tt.want, tt.wait)
+		}
+	}
+}
+
+func TestAttemptPhase(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		name   string
+		traced Phase
+		err    error
+		want   Phase
+	}{
+		{"an answer keeps the traced phase", Connected, nil, Connected},
+		{"a dial refused after a GOAWAY reached no server", Connected, &url.Error{Op: "Post", URL: "https://a", Err: refused}, Connecting},
+		{"a reset on the connection did", Connected, reset, Connected},
+		{"a dial refused before any connection", Connecting, refused, Connecting},
+		{"an error before connecting", BeforeConnecting, errors.New("malformed"), BeforeConnecting},
+	} {
+		if got := AttemptPhase(tc.traced, tc.err); got != tc.want {
+			t.Errorf("%s: AttemptPhase(%v, %v) = %v, want %v", tc.name, tc.traced, tc.err, got, tc.want)
 		}
 	}
 }

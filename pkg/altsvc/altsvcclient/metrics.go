@@ -14,6 +14,8 @@ var metrics = struct {
 	blocked  prometheus.Gauge
 	resumes  prometheus.Counter
 	hedges   *prometheus.CounterVec
+	checks   *prometheus.CounterVec
+	unknowns *prometheus.CounterVec
 }{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_requests_total",
@@ -39,12 +41,20 @@ var metrics = struct {
 		Name: "steadyplane_client_alternative_services_hedges_total",
 		Help: "Reads without an answer after the hedge delay, by what followed (sent: also sent to the next API server; over-budget: not sent, the pool's budget of hedges was spent).",
 	}, []string{"outcome"}),
+	checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_stall_checks_total",
+		Help: "Checks of an API server that a request (a write) waited on past the stall-check delay, by result (answered: a new connection was made, the request waits on; gone: the request was ended and the server blocked).",
+	}, []string{"result"}),
+	unknowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "steadyplane_client_alternative_services_unknown_outcomes_total",
+		Help: "Writes whose answer was lost after they reached an API server, by what followed (reported: the caller got an outcome-unknown error; settled: a write that takes effect at most once was sent again and its answer settled it).",
+	}, []string{"result"}),
 }
 
 // RegisterMetrics registers the round tripper's metrics with reg (for
 // example prometheus.DefaultRegisterer, or a controller-runtime registry).
 func RegisterMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes, metrics.hedges} {
+	for _, c := range []prometheus.Collector{metrics.requests, metrics.switches, metrics.blocks, metrics.blocked, metrics.resumes, metrics.hedges, metrics.checks, metrics.unknowns} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

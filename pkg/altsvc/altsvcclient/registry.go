@@ -34,6 +34,15 @@ const ServerName = "kubernetes.default"
 // need to leave a partitioned server.
 const DefaultHedgeAfter = 300 * time.Millisecond
 
+// DefaultStallCheckAfter and DefaultStallCheckTimeout are the defaults of
+// Options.StallCheckAfter and StallCheckTimeout: a write on a server that
+// vanished ends within 0.8 s, under the second a client should need to
+// leave a partitioned server.
+const (
+	DefaultStallCheckAfter   = 300 * time.Millisecond
+	DefaultStallCheckTimeout = 500 * time.Millisecond
+)
+
 // Options configure the alternative-services round tripper.
 type Options struct {
 	// Hosts are alternative API servers known in advance, as host:port or
@@ -61,6 +70,18 @@ type Options struct {
 	// client off a black-holed server (nothing answers, not even a reset)
 	// within a second. 0 means 300ms; a negative value turns it off.
 	HedgeAfter time.Duration
+	// StallCheckAfter is how long a request that may not be hedged (a
+	// write) waits for its answer before the client checks its API server,
+	// and then again while it waits: a quorum read there, of what the
+	// request is about, within StallCheckTimeout. A server that fails the
+	// check (black-holed, paused, its etcd stalled) ends the request with
+	// an error, which for a write says its outcome is unknown, instead of
+	// holding it until the HTTP/2 health check gives up on the connection
+	// or etcd resumes. 0 means 300ms; a negative value turns the check off.
+	StallCheckAfter time.Duration
+	// StallCheckTimeout is how long the check's read may take; 0 means
+	// 500ms, well above a quorum read's few milliseconds.
+	StallCheckTimeout time.Duration
 	// CARefreshInterval is how often client-go is given the chance to re-read
 	// a CA file that changed on disk (client-go itself re-reads it at most
 	// every 5 minutes); 0 means 1 minute.
@@ -84,6 +105,12 @@ func (o *Options) defaults() {
 	}
 	if o.HedgeAfter == 0 {
 		o.HedgeAfter = DefaultHedgeAfter
+	}
+	if o.StallCheckAfter == 0 {
+		o.StallCheckAfter = DefaultStallCheckAfter
+	}
+	if o.StallCheckTimeout <= 0 {
+		o.StallCheckTimeout = DefaultStallCheckTimeout
 	}
 	if o.CARefreshInterval <= 0 {
 		o.CARefreshInterval = time.Minute

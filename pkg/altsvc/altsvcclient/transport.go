@@ -37,6 +37,8 @@ type transports struct {
 	opts     Options
 	rotating bool
 
+	live *liveness // checks of hosts that requests wait on
+
 	cur       atomic.Pointer[copies]
 	lastCheck atomic.Int64 // unix nanoseconds of the last look at the certificate
 	mu        sync.Mutex   // held while new copies are made
@@ -50,7 +52,7 @@ type copies struct {
 }
 
 func newTransports(base *http.Transport, o Options) (*transports, error) {
-	ts := &transports{base: base, opts: o, rotating: clientGoRotates(base)}
+	ts := &transports{base: base, opts: o, rotating: clientGoRotates(base), live: newLiveness(o.StallCheckAfter, o.StallCheckTimeout)}
 	c, err := ts.makeCopies(clientCert(base))
 	if err != nil {
 		return nil, err
@@ -250,8 +252,12 @@ func (ts *transports) attempt(req *http.Request, host, original string) (*http.R
 		out.Host = ServerName
 		t = c.alternative
 	}
+	if ts.opts.StallCheckAfter > 0 && watchesStall(out) {
+		resp, err := ts.roundTripWatched(t, out, host)
+		return resp, AttemptPhase(Phase(pt.phase.Load()), err), err
+	}
 	resp, err := t.RoundTrip(out)
-	return resp, Phase(pt.phase.Load()), err
+	return resp, AttemptPhase(Phase(pt.phase.Load()), err), err
 }
 
 // classify implements attempter with Classify.
