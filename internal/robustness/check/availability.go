@@ -30,9 +30,11 @@ type Gap struct {
 // is the server deciding), for reads and for writes apart: from the call
 // of an operation to the return of the first answered operation of its
 // kind called since, itself or a later one, over the waits that overlap
-// the window. Time the client spent on the other kind does not count: a
-// run of writes is no gap in reads. A client with no operation of a kind
-// around the window counts the whole window.
+// the window. Time the client spent on the other kind counts only inside
+// a wait (after a failure, until the next answer of its kind): a run of
+// writes after an answered read is no gap in reads. A client with no wait
+// of a kind around the window waited 0 for it; one that never made an
+// operation of that kind counts the whole window.
 func Gaps(ops []history.Op, windows []Window) []Gap {
 	type calls struct{ reads, writes []history.Op }
 	byClient := map[int]*calls{}
@@ -76,7 +78,14 @@ type wait struct {
 // or after it (a client makes one operation at a time, so that one
 // returns first).
 func waitsOf(ops []history.Op) []wait {
-	slices.SortFunc(ops, func(a, b history.Op) int { return cmp.Compare(a.Call, b.Call) })
+	// A list is recorded as many operations with one call: the unanswered
+	// ones first, so that the list's answer ends their wait too.
+	slices.SortStableFunc(ops, func(a, b history.Op) int {
+		if c := cmp.Compare(a.Call, b.Call); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(a.Output.Result != model.Unknown), b2i(b.Output.Result != model.Unknown))
+	})
 	out := make([]wait, len(ops))
 	next, answered := time.Duration(0), false
 	for i := len(ops) - 1; i >= 0; i-- {
@@ -105,4 +114,11 @@ func longestIn(waits []wait, w Window) time.Duration {
 		}
 	}
 	return longest
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -84,15 +84,25 @@ func TestGaps(t *testing.T) {
 		op(1, model.Update, 1*s, 1600*ms, model.Conflict), op(1, model.Update, 9*s, 9100*ms, model.Unknown),
 		// client 2 reads once, long before, and never writes.
 		op(2, model.Get, 100*ms, 150*ms, model.OK),
+		// client 3 lists at 5 s: one item it could not read among those
+		// it did (one call), then reads again at 9 s.
+		op(3, model.Get, 5*s, 5050*ms, model.Unknown), op(3, model.Get, 5*s, 5050*ms, model.OK),
+		op(3, model.Get, 9*s, 9050*ms, model.OK), op(3, model.Update, 1*s, 1050*ms, model.OK),
 	}
 	pause := Window{Kind: "pause", From: 2500 * ms, To: 4 * s}
 	late := Window{Kind: "late", From: 8 * s, To: 10 * s}
-	got := Gaps(ops, []Window{pause, late})
+	list := Window{Kind: "list", From: 4900 * ms, To: 5200 * ms}
+	got := Gaps(ops, []Window{pause, late, list})
 	want := []Gap{
 		{Client: 1, Window: pause, Reads: 1050 * ms, Writes: 0},
 		{Client: 2, Window: pause, Reads: 0, Writes: 1500 * ms},
+		{Client: 3, Window: pause, Reads: 0, Writes: 0},
 		{Client: 1, Window: late, Reads: 0, Writes: 1 * s}, // open from 9 s to the window's end
 		{Client: 2, Window: late, Reads: 0, Writes: 2 * s},
+		{Client: 3, Window: late, Reads: 50 * ms, Writes: 0},
+		{Client: 1, Window: list, Reads: 0, Writes: 0},
+		{Client: 2, Window: list, Reads: 0, Writes: 300 * ms},
+		{Client: 3, Window: list, Reads: 50 * ms, Writes: 0}, // the list was answered
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Gaps = %+v", got)

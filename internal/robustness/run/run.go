@@ -94,7 +94,7 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, 
 		}
 		cl := &traffic.Client{ID: id, ConfigMaps: cs.CoreV1().ConfigMaps(ns), Names: names, Recorder: rec,
 			Rand: rand.New(rand.NewSource(cfg.Seed*1000 + int64(id))), Timeout: 20 * time.Second,
-			Pace: rate.NewLimiter(rate.Limit(cfg.QPS), 1)}
+			Pace: pace(cfg.QPS)}
 		wg.Go(func() { cl.Run(trafficCtx) })
 	}
 	res.Watches = make([]history.Watch, cfg.Watchers)
@@ -153,6 +153,15 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, logf func(string, 
 		}
 	}
 	return res, nil
+}
+
+// pace spaces one client's operations: qps a second, or unlimited when
+// qps is not above 0.
+func pace(qps float32) *rate.Limiter {
+	if qps <= 0 {
+		return rate.NewLimiter(rate.Inf, 1)
+	}
+	return rate.NewLimiter(rate.Limit(qps), 1)
 }
 
 // newClient is a client of its own through the failover client, without

@@ -2,26 +2,33 @@ package altsvcclient
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8sjson "sigs.k8s.io/json"
 )
 
-// AtMostOnce tells whether a write, if sent again, still takes effect at
-// most once in all: an update (PUT) whose object names the resourceVersion
+// AtMostOnce tells whether a write to an API server's own resources (not
+// through a proxy: path is the request's), if sent again, still takes
+// effect at most once in all: an update (PUT) whose object names the resourceVersion
 // it replaces, or a delete (DELETE) whose options carry a resourceVersion
 // or uid precondition. The API server carries either out only while the
 // object is at that resourceVersion (has that uid), and after any write it
 // never is again: resourceVersions only grow, and uids are not reused. So
 // a copy sent to a second server after the first may have acted on it
 // either fails there or takes the place of the first. body is the
-// request's body and contentType its Content-Type: JSON, or Kubernetes'
-// protobuf (client-go's default for built-in types).
-func AtMostOnce(method, contentType string, body []byte) bool {
+// request's body and contentType its Content-Type: JSON, read as the API
+// server reads it (field names case-sensitive), or Kubernetes' protobuf
+// (client-go's default for built-in types). An aggregated API server is
+// trusted to keep preconditions as the generic registry does.
+func AtMostOnce(method, path, contentType string, body []byte) bool {
+	if !MayLearnFrom(path) {
+		return false
+	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false
@@ -33,7 +40,6 @@ func AtMostOnce(method, contentType string, body []byte) bool {
 	default:
 		return false
 	}
-	conditional := func(v *string) bool { return v != nil && *v != "" && *v != "0" }
 	switch method {
 	case http.MethodPut:
 		var obj struct {
@@ -41,8 +47,10 @@ func AtMostOnce(method, contentType string, body []byte) bool {
 				ResourceVersion *string `json:"resourceVersion"`
 			} `json:"metadata"`
 		}
-		// A resourceVersion of 0 asks for an unconditional update.
-		return json.Unmarshal(body, &obj) == nil && conditional(obj.Metadata.ResourceVersion)
+		if k8sjson.UnmarshalCaseSensitivePreserveInts(body, &obj) != nil || obj.Metadata.ResourceVersion == nil {
+			return false
+		}
+		return conditionalUpdate(*obj.Metadata.ResourceVersion)
 	case http.MethodDelete:
 		var opts struct {
 			Preconditions *struct {
@@ -50,13 +58,21 @@ func AtMostOnce(method, contentType string, body []byte) bool {
 				UID             *string `json:"uid"`
 			} `json:"preconditions"`
 		}
-		if json.Unmarshal(body, &opts) != nil || opts.Preconditions == nil {
+		if k8sjson.UnmarshalCaseSensitivePreserveInts(body, &opts) != nil || opts.Preconditions == nil {
 			return false
 		}
 		p := opts.Preconditions
-		return conditional(p.ResourceVersion) || (p.UID != nil && *p.UID != "")
+		return (p.ResourceVersion != nil && *p.ResourceVersion != "") || (p.UID != nil && *p.UID != "")
 	}
 	return false
+}
+
+// conditionalUpdate tells whether an update's resourceVersion makes it
+// conditional, as the API server reads it (APIObjectVersioner): a number
+// other than 0 ("", "0", "00" ask for an unconditional update).
+func conditionalUpdate(rv string) bool {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	return err == nil && n != 0
 }
 
 // Field numbers of the protobuf messages protobufAtMostOnce reads, as
@@ -83,13 +99,15 @@ func protobufAtMostOnce(method string, body []byte) bool {
 	if err := u.Unmarshal(body[len(protobufMagic):]); err != nil {
 		return false
 	}
-	conditional := func(v []byte) bool { return len(v) > 0 && string(v) != "0" }
+	if u.ContentEncoding != "" {
+		return false // compressed: not read
+	}
 	switch method {
 	case http.MethodPut:
-		return conditional(protoField(protoField(u.Raw, objectMetadataField), metaResourceVersionField))
+		return conditionalUpdate(string(protoField(protoField(u.Raw, objectMetadataField), metaResourceVersionField)))
 	case http.MethodDelete:
 		p := protoField(u.Raw, deleteOptionsPreconditions)
-		return conditional(protoField(p, preconditionsResourceVersion)) || len(protoField(p, preconditionsUIDField)) > 0
+		return len(protoField(p, preconditionsResourceVersion)) > 0 || len(protoField(p, preconditionsUIDField)) > 0
 	}
 	return false
 }
@@ -141,5 +159,5 @@ func atMostOnce(req *http.Request) bool {
 	if err != nil || len(body) > maxAtMostOnceBody {
 		return false
 	}
-	return AtMostOnce(req.Method, req.Header.Get("Content-Type"), body)
+	return AtMostOnce(req.Method, req.URL.Path, req.Header.Get("Content-Type"), body)
 }

@@ -132,17 +132,19 @@ func safeMethod(method string) bool {
 
 // SettlesUnknown tells whether an answer with status to a write sent again
 // after an earlier copy's outcome was lost tells the caller the truth as
-// it is: a success (this copy took effect, so the other did not: see
-// AtMostOnce), or a refusal of the request itself, which the first copy
-// met too (malformed, forbidden, too large, invalid). A conflict or a
-// missing object may be the first copy's own doing, and an error or a
-// throttle settles nothing: the outcome stays unknown.
+// it is: a success (the object is as the write asked: an update took
+// effect through this copy, so not through the other, see AtMostOnce; a
+// delete's object is gone or going), or a refusal of the request's bytes
+// themselves, which the first copy met too (too large, a media type the
+// server does not take). Every other answer may be the first copy's doing:
+// a conflict or a missing object plainly, and a 400, 403 or 422 too, since
+// admission (webhooks included) sees the object as the first copy left
+// it; an error or a throttle settles nothing. The outcome stays unknown.
 func SettlesUnknown(status int) bool {
 	switch {
 	case status >= 200 && status < 300:
 		return true
-	case status == http.StatusBadRequest, status == http.StatusForbidden, status == http.StatusRequestEntityTooLarge,
-		status == http.StatusUnsupportedMediaType, status == http.StatusUnprocessableEntity:
+	case status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType:
 		return true
 	}
 	return false
@@ -151,8 +153,9 @@ func SettlesUnknown(status int) bool {
 // attempter is one way of sending a request to one host: the request path
 // (roundTripper) or an upgrading connect (upgradeRoundTripper).
 type attempter interface {
-	// attempt sends req to host and reports how far it got (see Phase).
-	attempt(req *http.Request, host, original string) (*http.Response, Phase, error)
+	// attempt sends req to host and reports how far it got (see Phase);
+	// last is true when no host follows host in the plan.
+	attempt(req *http.Request, host, original string, last bool) (*http.Response, Phase, error)
 	// classify tells what an attempt's error says about the host.
 	classify(err error, phase Phase) Failure
 	// accept takes delivery of a successful answer from host before the
@@ -190,7 +193,7 @@ func (o *outcome) discard() {
 // answer (a.accept), so that a body that breaks while it is read ahead fails
 // the attempt.
 func send(a attempter, req *http.Request, pool *Pool, host, original string, last bool) outcome {
-	resp, phase, err := a.attempt(req, host, original)
+	resp, phase, err := a.attempt(req, host, original, last)
 	o := outcome{host: host, resp: resp, err: err, at: Attempt{Responded: err == nil, Method: req.Method, BodyReplayable: bodyReplayable(req), Last: last, Connected: phase == Connected}}
 	if err == nil {
 		o.at.Failure, o.wait = ClassifyResponse(req.URL.Path, resp.StatusCode, resp.Header)
@@ -212,6 +215,12 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 		o.at.Failure = a.classify(o.err, phase)
 		if o.at.Connected && !o.at.Canceled && o.at.Failure != NotHostFailure {
 			o.at.AtMostOnce = atMostOnce(req)
+		}
+		if o.at.Canceled {
+			// The caller ended it: its own error, not the stall check's.
+			if err := req.Context().Err(); err != nil && !errors.Is(o.err, err) {
+				o.err = fmt.Errorf("%w (%v)", err, o.err)
+			}
 		}
 	}
 	return o

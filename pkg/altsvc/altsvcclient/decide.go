@@ -296,16 +296,24 @@ func ShuttingDown(path string, status int, h http.Header, bodyStart []byte) (boo
 // failed reached no server, whatever the trace saw: the HTTP/2 transport
 // sends a request again on a new connection only when the server said it
 // did not process it (a GOAWAY past its stream, a refused stream), and
-// net/http only when nothing of it was written. That is how a write meets
-// a server's graceful shutdown: the server's GOAWAY turns it away, and the
-// new connection is refused. It is then not a write whose outcome is
-// unknown, but one to send to the next server.
-func AttemptPhase(traced Phase, err error) Phase {
+// net/http only when nothing of it was written, unless the request is one
+// it may replay (replayable: see transportMayReplay). That is how a write
+// meets a server's graceful shutdown: the server's GOAWAY turns it away,
+// and the new connection is refused. It is then not a write whose outcome
+// is unknown, but one to send to the next server.
+func AttemptPhase(traced Phase, err error, replayable bool) Phase {
 	var op *net.OpError
-	if traced == Connected && err != nil && errors.As(err, &op) && op.Op == "dial" {
+	if traced == Connected && !replayable && err != nil && errors.As(err, &op) && op.Op == "dial" {
 		return Connecting
 	}
 	return traced
+}
+
+// transportMayReplay tells whether net/http may send req again on a new
+// connection after the server may have read it (its isReplayable): a safe
+// method, or one with an Idempotency-Key header.
+func transportMayReplay(req *http.Request) bool {
+	return safeMethod(req.Method) || req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
 }
 
 // MayResend reports whether a request that failed on one host may be sent to

@@ -268,19 +268,21 @@ func TestAttemptPhase(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	for _, tc := range []struct {
-		name   string
-		traced Phase
-		err    error
-		want   Phase
+		name       string
+		traced     Phase
+		err        error
+		replayable bool
+		want       Phase
 	}{
-		{"an answer keeps the traced phase", Connected, nil, Connected},
-		{"a dial refused after a GOAWAY reached no server", Connected, &url.Error{Op: "Post", URL: "https://a", Err: refused}, Connecting},
-		{"a reset on the connection did", Connected, reset, Connected},
-		{"a dial refused before any connection", Connecting, refused, Connecting},
-		{"an error before connecting", BeforeConnecting, errors.New("malformed"), BeforeConnecting},
+		{"an answer keeps the traced phase", Connected, nil, false, Connected},
+		{"a dial refused after a GOAWAY reached no server", Connected, &url.Error{Op: "Post", URL: "https://a", Err: refused}, false, Connecting},
+		{"unless net/http may have replayed it after the server read it", Connected, refused, true, Connected},
+		{"a reset on the connection did", Connected, reset, false, Connected},
+		{"a dial refused before any connection", Connecting, refused, false, Connecting},
+		{"an error before connecting", BeforeConnecting, errors.New("malformed"), false, BeforeConnecting},
 	} {
-		if got := AttemptPhase(tc.traced, tc.err); got != tc.want {
-			t.Errorf("%s: AttemptPhase(%v, %v) = %v, want %v", tc.name, tc.traced, tc.err, got, tc.want)
+		if got := AttemptPhase(tc.traced, tc.err, tc.replayable); got != tc.want {
+			t.Errorf("%s: AttemptPhase(%v, %v, replayable=%v) = %v, want %v", tc.name, tc.traced, tc.err, tc.replayable, got, tc.want)
 		}
 	}
 }

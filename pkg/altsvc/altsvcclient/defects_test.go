@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/steadyplane/steadyplane/pkg/ifready"
 
 	"github.com/gorilla/websocket"

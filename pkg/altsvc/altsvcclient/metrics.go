@@ -43,7 +43,7 @@ var metrics = struct {
 	}, []string{"outcome"}),
 	checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_stall_checks_total",
-		Help: "Checks of an API server that a request (a write) waited on past the stall-check delay, by result (answered: a new connection was made, the request waits on; gone: the request was ended and the server blocked).",
+		Help: "Checks of an API server that a request (a write) waited on past the stall-check delay, by result (answered: the check's read was answered, the request waits on; gone: no answer, the request was ended and the server blocked).",
 	}, []string{"result"}),
 	unknowns: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_unknown_outcomes_total",

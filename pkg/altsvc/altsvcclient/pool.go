@@ -1,7 +1,6 @@
 package altsvcclient
 
 import (
-	"golang.org/x/time/rate"
 	"net"
 	"slices"
 	"sort"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"

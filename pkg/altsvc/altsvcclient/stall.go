@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,46 +134,59 @@ func (l *liveness) check(ctx context.Context, host string, probe func(ctx contex
 // readStorage is the liveness probe of a host for req, a request waiting
 // on it: a quorum read, on the same host, of what req is about (its path:
 // the object it updates or deletes; for a create, its collection, one
-// item at most), with req's credentials. An API server that is
-// black-holed or paused answers nothing, and one whose etcd is stalled
-// (paused, cut off from quorum) holds the read as it holds the write;
-// one that is only slow to write answers it. Any answer below 500 counts,
-// even a refusal: a server that answers is there. 5xx says its storage
-// is failing.
-func readStorage(ctx context.Context, t http.RoundTripper, req *http.Request) error {
-	u := *req.URL
-	// A collection (a create's, a deletecollection's) is read one item at
-	// most; a single object ignores the limit.
-	u.RawQuery = "limit=1"
-	read, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	read.Host = req.Host
-	for k, v := range req.Header {
-		if !strings.HasPrefix(k, "Content-") {
-			read.Header[k] = v
-		}
-	}
-	read.Header.Set("Accept", "application/json")
-	resp, err := t.RoundTrip(read)
+// item at most, its metadata only), with req's credentials. An API server
+// that is black-holed or paused answers nothing, and one whose etcd is
+// stalled (paused, cut off from quorum) holds the read as it holds the
+// write; one that is only slow to write answers it. Any answer counts,
+// even a refusal or an error: a server that answers is there, and only
+// silence is a reason to leave it. (A write to a subresource that cannot
+// be read, an eviction say, is answered at once without its storage: for
+// those a stalled etcd goes unseen.) read is built by storageRead.
+func readStorage(ctx context.Context, t http.RoundTripper, read *http.Request) error {
+	resp, err := t.RoundTrip(read.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("a read of its storage got no answer: %w", err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
-	if resp.StatusCode >= 500 {
-		return fmt.Errorf("a read of its storage answered %s", resp.Status)
-	}
 	return nil
 }
 
+// metadataOnly asks for an object's or a list's metadata alone: the check
+// must not pull whole Secrets every StallCheckAfter.
+const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+// storageRead is readStorage's request for req, built from a copy of its
+// URL and headers: the check may run after req's round trip returned.
+func storageRead(req *http.Request) (*http.Request, error) {
+	u := *req.URL
+	// A collection (a create's, a deletecollection's) is read one item at
+	// most; a single object ignores the limit.
+	u.RawQuery = "limit=1"
+	read, err := http.NewRequest(http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	read.Host = req.Host
+	for k, v := range req.Header {
+		if !strings.HasPrefix(k, "Content-") {
+			read.Header[k] = slices.Clone(v)
+		}
+	}
+	read.Header.Set("Accept", metadataOnly)
+	return read, nil
+}
+
 // watchesStall tells whether an attempt of req is watched for a host that
-// stops answering: a request that waits for one answer and cannot be
-// hedged. A watch or a followed log stays open by design, an upgrade is
-// its own protocol, and a hedged read moves on by itself (race).
+// stops answering: a request that waits for one answer from the API
+// server's own storage and cannot be hedged. A watch or a followed log
+// stays open by design, an upgrade is its own protocol, a hedged read
+// moves on by itself (race), and an answer from a backend (a proxy, a
+// container's log) is as slow as the backend: a check of the API server
+// would say nothing of it.
 func watchesStall(req *http.Request) bool {
-	return !isStreaming(req) && req.Header.Get("Upgrade") == "" && !hedgeable(req)
+	fromBackend := !MayLearnFrom(req.URL.Path) || strings.HasSuffix(req.URL.Path, "/log")
+	return !isStreaming(req) && req.Header.Get("Upgrade") == "" && !fromBackend && !hedgeable(req)
 }
 
 // Attempt states of roundTripWatched: the answer and the check race to
@@ -197,7 +211,11 @@ func (ts *transports) roundTripWatched(t *http.Transport, req *http.Request, hos
 		if state.Load() != waiting {
 			return
 		}
-		if err := ts.live.check(ctx, host, func(ctx context.Context) error { return readStorage(ctx, t, req) }); err != nil {
+		read, err := storageRead(req)
+		if err != nil {
+			return // no check, the request waits as it would without one
+		}
+		if err := ts.live.check(ctx, host, func(ctx context.Context) error { return readStorage(ctx, t, read) }); err != nil {
 			gone = &UnansweredError{Host: host, Waited: time.Since(start), Check: err}
 			if state.CompareAndSwap(waiting, abandoned) {
 				cancel()
@@ -212,10 +230,15 @@ func (ts *transports) roundTripWatched(t *http.Transport, req *http.Request, hos
 	resp, err := t.RoundTrip(req.WithContext(ctx))
 	timer.Stop()
 	if !state.CompareAndSwap(waiting, answered) {
+		// Given up on: an answer that came meanwhile is dropped too (the
+		// caller is told the outcome is unknown, which is still true).
 		if resp != nil {
 			resp.Body.Close()
 		}
 		cancel()
+		if err := req.Context().Err(); err != nil {
+			return nil, err // the caller's own end came too
+		}
 		return nil, gone
 	}
 	if err != nil {

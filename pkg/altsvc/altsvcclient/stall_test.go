@@ -35,6 +35,10 @@ func TestAtMostOnce(t *testing.T) {
 		{"the content type may carry parameters", "PUT", "application/json; charset=utf-8", `{"metadata":{"resourceVersion":"42"}}`, true},
 		{"an update without one is unconditional", "PUT", jsonType, `{"metadata":{"name":"a"}}`, false},
 		{"resourceVersion 0 asks for an unconditional update", "PUT", jsonType, `{"metadata":{"resourceVersion":"0"}}`, false},
+		{"so does 00, read as a number", "PUT", jsonType, `{"metadata":{"resourceVersion":"00"}}`, false},
+		{"a resourceVersion that is no number", "PUT", jsonType, `{"metadata":{"resourceVersion":"x1"}}`, false},
+		{"field names are case-sensitive, as the API server reads them", "PUT", jsonType, `{"metadata":{"ResourceVersion":"42"}}`, false},
+		{"in a delete's options too", "DELETE", jsonType, `{"Preconditions":{"resourceVersion":"7"}}`, false},
 		{"an empty resourceVersion is none", "PUT", jsonType, `{"metadata":{"resourceVersion":""}}`, false},
 		{"a delete with a resourceVersion precondition", "DELETE", jsonType, `{"kind":"DeleteOptions","preconditions":{"resourceVersion":"7"}}`, true},
 		{"a delete with a uid precondition", "DELETE", jsonType, `{"preconditions":{"uid":"0d5b-11"}}`, true},
@@ -43,12 +47,13 @@ func TestAtMostOnce(t *testing.T) {
 		{"a delete's resourceVersion in metadata is no precondition", "DELETE", jsonType, `{"metadata":{"resourceVersion":"7"}}`, false},
 		{"a create is never", "POST", jsonType, `{"metadata":{"name":"a","resourceVersion":"7"}}`, false},
 		{"a patch is never", "PATCH", "application/merge-patch+json", `{"metadata":{"resourceVersion":"7"}}`, false},
-		{"protobuf is not read", "PUT", "application/vnd.kubernetes.protobuf", "k8s\x00", false},
+		{"an empty protobuf body", "PUT", "application/vnd.kubernetes.protobuf", "k8s\x00", false},
+		{"CBOR is not read", "PUT", "application/cbor", `{"metadata":{"resourceVersion":"42"}}`, false},
 		{"a malformed body", "PUT", jsonType, `{"metadata":{"resourceVersion":`, false},
 		{"a resourceVersion of the wrong type", "PUT", jsonType, `{"metadata":{"resourceVersion":42}}`, false},
 		{"no content type", "PUT", "", `{"metadata":{"resourceVersion":"42"}}`, false},
 	} {
-		if got := AtMostOnce(tc.method, tc.contentType, []byte(tc.body)); got != tc.want {
+		if got := AtMostOnce(tc.method, "/api/v1/namespaces/d/configmaps/a", tc.contentType, []byte(tc.body)); got != tc.want {
 			t.Errorf("%s: AtMostOnce(%s, %q, %s) = %v, want %v", tc.name, tc.method, tc.contentType, tc.body, got, tc.want)
 		}
 	}
@@ -84,6 +89,7 @@ func TestAtMostOnceProtobuf(t *testing.T) {
 		{"an update naming its resourceVersion", "PUT", protobufBody(t, cm("42")), true},
 		{"an update without one", "PUT", protobufBody(t, cm("")), false},
 		{"resourceVersion 0", "PUT", protobufBody(t, cm("0")), false},
+		{"resourceVersion 00", "PUT", protobufBody(t, cm("00")), false},
 		{"a delete with a resourceVersion precondition", "DELETE", protobufBody(t, del(&metav1.Preconditions{ResourceVersion: ptr.To("7")})), true},
 		{"a delete with a uid precondition", "DELETE", protobufBody(t, del(&metav1.Preconditions{UID: ptr.To(types.UID("0d5b"))})), true},
 		{"a delete without preconditions", "DELETE", protobufBody(t, del(nil)), false},
@@ -91,7 +97,7 @@ func TestAtMostOnceProtobuf(t *testing.T) {
 		{"no magic", "PUT", protobufBody(t, cm("42"))[4:], false},
 		{"cut short", "PUT", protobufBody(t, cm("42"))[:20], false},
 	} {
-		if got := AtMostOnce(tc.method, pb, []byte(tc.body)); got != tc.want {
+		if got := AtMostOnce(tc.method, "/api/v1/namespaces/d/configmaps/a", pb, []byte(tc.body)); got != tc.want {
 			t.Errorf("%s: AtMostOnce(%s, protobuf) = %v, want %v", tc.name, tc.method, got, tc.want)
 		}
 	}
@@ -104,17 +110,31 @@ func FuzzAtMostOnce(f *testing.F) {
 	f.Add("PUT", protobufBody(f, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "42"}}))
 	f.Fuzz(func(t *testing.T, method, body string) {
 		for _, ct := range []string{"application/json", runtime.ContentTypeProtobuf} {
-			if AtMostOnce(method, ct, []byte(body)) && method != http.MethodPut && method != http.MethodDelete {
+			if AtMostOnce(method, "/api/v1/namespaces/d/configmaps/a", ct, []byte(body)) && method != http.MethodPut && method != http.MethodDelete {
 				t.Errorf("AtMostOnce(%q, %s, %q): only an update or a delete can be", method, ct, body)
 			}
 		}
 	})
 }
 
+func TestAtMostOnceNeverThroughAProxy(t *testing.T) {
+	body := []byte(`{"metadata":{"resourceVersion":"42"}}`)
+	if !AtMostOnce("PUT", "/api/v1/namespaces/d/configmaps/a", "application/json", body) {
+		t.Fatal("a conditional update of a ConfigMap is not at most once")
+	}
+	// A backend behind a proxy keeps no precondition.
+	for _, path := range []string{"/api/v1/namespaces/d/services/s/proxy/items/a", "/api/v1/namespaces/d/pods/p:8080/proxy/"} {
+		if AtMostOnce("PUT", path, "application/json", body) {
+			t.Errorf("a PUT to %s is taken as at most once", path)
+		}
+	}
+}
+
 func TestSettlesUnknown(t *testing.T) {
 	for status, want := range map[int]bool{
-		200: true, 201: true, 202: true, // this copy took effect
-		400: true, 403: true, 413: true, 415: true, 422: true, // the request itself is refused
+		200: true, 201: true, 202: true, // this copy took effect (or a delete's object is going)
+		413: true, 415: true, // the request's bytes are refused, the first copy's too
+		400: false, 403: false, 422: false, // admission saw the object as the first copy may have left it
 		404: false, 409: false, // maybe the first copy's doing
 		429: false, 500: false, 503: false, 504: false, // nothing settled
 		401: false, 302: false,
@@ -177,7 +197,7 @@ func TestStalledServer(t *testing.T) {
 		}
 		// The next write goes to b at once.
 		start = time.Now()
-		if got, err := post(hc, "https://"+f.Addr()+"/api", "next"); err != nil || !strings.HasPrefix(got, "b ") || time.Since(start) > 90*time.Millisecond {
+		if got, err := post(hc, "https://"+f.Addr()+"/api", "next"); err != nil || !strings.HasPrefix(got, "b ") || time.Since(start) > 250*time.Millisecond {
 			t.Errorf("next POST: %q, %v after %v; want b's answer at once", got, err, time.Since(start))
 		}
 		if pool.Current() != b.host() {
@@ -271,6 +291,23 @@ func TestStalledServer(t *testing.T) {
 		}
 		if n := b.requests.Load(); n != 0 {
 			t.Errorf("the slow POST reached b (%d requests)", n)
+		}
+	})
+
+	t.Run("on the last server a stalled write waits, as it would without the option", func(t *testing.T) {
+		a := startServer(t, p, p.CA, "a", "127.0.0.1", false)
+		f := testnet.Freeze(t, "127.0.0.1", a.host())
+		o := fast
+		o.Hosts = []string{f.Addr()}
+		hc, _ := client(t, p, f.Addr(), o)
+		if got, err := get(hc, "https://"+f.Addr()+"/api"); err != nil || !strings.HasPrefix(got, "a ") {
+			t.Fatalf("first GET: %q, %v", got, err)
+		}
+		f.Freeze()
+		time.AfterFunc(time.Second, f.Thaw) // several checks' worth
+		got, err := post(hc, "https://"+f.Addr()+"/api", "waits")
+		if err != nil || !strings.HasPrefix(got, "a ") {
+			t.Fatalf("POST to the only server, frozen for a second: %q, %v; want a's answer once it thawed", got, err)
 		}
 	})
 

@@ -229,7 +229,7 @@ var phaseTraces = sync.Pool{New: func() any {
 }}
 
 // attempt sends req to host and reports how far it got with it (see Phase).
-func (ts *transports) attempt(req *http.Request, host, original string) (*http.Response, Phase, error) {
+func (ts *transports) attempt(req *http.Request, host, original string, last bool) (*http.Response, Phase, error) {
 	var pt *phaseTrace
 	if httptrace.ContextClientTrace(req.Context()) == nil {
 		pt = phaseTraces.Get().(*phaseTrace)
@@ -252,12 +252,15 @@ func (ts *transports) attempt(req *http.Request, host, original string) (*http.R
 		out.Host = ServerName
 		t = c.alternative
 	}
-	if ts.opts.StallCheckAfter > 0 && watchesStall(out) {
+	// On the last host a stalled request has nowhere to go: it waits, as
+	// it would without the option (a single server's etcd that stalls for
+	// a second must not fail its writes).
+	if ts.opts.StallCheckAfter > 0 && !last && watchesStall(out) {
 		resp, err := ts.roundTripWatched(t, out, host)
-		return resp, AttemptPhase(Phase(pt.phase.Load()), err), err
+		return resp, AttemptPhase(Phase(pt.phase.Load()), err, transportMayReplay(out)), err
 	}
 	resp, err := t.RoundTrip(out)
-	return resp, AttemptPhase(Phase(pt.phase.Load()), err), err
+	return resp, AttemptPhase(Phase(pt.phase.Load()), err, transportMayReplay(out)), err
 }
 
 // classify implements attempter with Classify.

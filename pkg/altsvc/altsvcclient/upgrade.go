@@ -76,7 +76,7 @@ func (rt *upgradeRoundTripper) RoundTrip(req *http.Request) (*http.Response, err
 
 // attempt implements attempter: the upgrading round tripper dials host by
 // itself, so how far it got is read from its error (ClassifyUpgrade).
-func (rt *upgradeRoundTripper) attempt(req *http.Request, host, original string) (*http.Response, Phase, error) {
+func (rt *upgradeRoundTripper) attempt(req *http.Request, host, original string, _ bool) (*http.Response, Phase, error) {
 	out := req.Clone(req.Context())
 	rt.tlsCfg.ServerName = rt.serverName
 	if host != original {
