@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/klog/v2"
 
 	"github.com/steadyplane/steadyplane/pkg/altsvc"
@@ -521,12 +522,27 @@ func tryHosts(a attempter, req *http.Request, pool *Pool, plan []string, origina
 	return nil, "", lastErr
 }
 
-// reportUnknown counts and logs a write whose outcome the caller is told
-// is unknown, and returns its error.
+// reportUnknown counts and logs a write whose outcome is unknown, and
+// returns the error the caller gets: e, unless client-go itself reads the
+// attempt's error to decide on a retry (ClientGoReads), which then goes to
+// the caller as it is, so that client-go's policy holds.
 func reportUnknown(e *OutcomeUnknownError) error {
+	if ClientGoReads(e.Err) {
+		metrics.unknowns.WithLabelValues("passed-through").Inc()
+		klog.InfoS("A write's answer was lost: its outcome is unknown; its error goes to client-go as it is", "host", e.Host, "err", e.Err, "then", e.Then)
+		return e.Err
+	}
 	metrics.unknowns.WithLabelValues("reported").Inc()
 	klog.InfoS("A write's answer was lost: its outcome is unknown", "host", e.Host, "err", e.Err, "then", e.Then)
 	return e
+}
+
+// ClientGoReads tells whether client-go's retry reads err by what it is:
+// an end of file, a reset connection or a lost HTTP/2 connection, which
+// its Watch sends again whatever the verb (and its Do for a GET). It
+// compares some of them by identity, which a wrapping error would hide.
+func ClientGoReads(err error) bool {
+	return utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
 }
 
 // recordFailure moves host through its state machine after a failure and

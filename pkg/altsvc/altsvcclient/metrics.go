@@ -47,7 +47,7 @@ var metrics = struct {
 	}, []string{"result"}),
 	unknowns: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "steadyplane_client_alternative_services_unknown_outcomes_total",
-		Help: "Writes whose answer was lost after they reached an API server, by what followed (reported: the caller got an outcome-unknown error; settled: a write that takes effect at most once was sent again and its answer settled it).",
+		Help: "Writes whose answer was lost after they reached an API server, by what followed (reported: the caller got an outcome-unknown error; passed-through: the caller got the connection's own error, which client-go's retry reads (EOF, reset, lost HTTP/2 connection); settled: a write that takes effect at most once was sent again and its answer settled it).",
 	}, []string{"result"}),
 }
 
