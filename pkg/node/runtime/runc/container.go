@@ -47,6 +47,12 @@ func (c *container) finish() {
 	if exit.StartedAt.IsZero() {
 		exit.StartedAt = c.started
 	}
+	// The hook may take the end from a file's modification time, which the
+	// kernel stamps from its coarse clock (up to a tick behind): a run that
+	// ended at once can seem to end before the agent's fine-grained start.
+	if exit.FinishedAt.Before(exit.StartedAt) {
+		exit.FinishedAt = exit.StartedAt
+	}
 	c.Finish(exit)
 }
 
