@@ -385,8 +385,11 @@ func BenchmarkWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	checked, _ := client(b, p, srv.host(), Options{})
-	unchecked, _ := client(b, p, srv.host(), Options{StallCheckAfter: -1})
+	// With a second server to go to: on the last one of a plan a write is
+	// not checked.
+	alt := startServer(b, p, p.CA, "b", "127.0.0.2", true)
+	checked, _ := client(b, p, srv.host(), Options{Hosts: []string{srv.host(), alt.host()}})
+	unchecked, _ := client(b, p, srv.host(), Options{Hosts: []string{srv.host(), alt.host()}, StallCheckAfter: -1})
 	for _, bc := range []struct {
 		name string
 		c    *http.Client
