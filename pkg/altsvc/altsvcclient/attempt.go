@@ -217,12 +217,6 @@ func send(a attempter, req *http.Request, pool *Pool, host, original string, las
 		if o.at.Connected && !o.at.Canceled && o.at.Failure != NotHostFailure {
 			o.at.AtMostOnce = atMostOnce(req)
 		}
-		if o.at.Canceled {
-			// The caller ended it: its own error, not the stall check's.
-			if err := req.Context().Err(); err != nil && !errors.Is(o.err, err) {
-				o.err = fmt.Errorf("%w (%v)", err, o.err)
-			}
-		}
 	}
 	return o
 }
@@ -266,8 +260,14 @@ func MayHedge(method string, hasBody, streaming, upgrade, fromBackend bool) bool
 // hedgeable is MayHedge of req.
 func hedgeable(req *http.Request) bool {
 	hasBody := req.Body != nil && req.Body != http.NoBody
-	fromBackend := !MayLearnFrom(req.URL.Path) || strings.HasSuffix(req.URL.Path, "/log")
-	return MayHedge(req.Method, hasBody, isStreaming(req), req.Header.Get("Upgrade") != "", fromBackend)
+	return MayHedge(req.Method, hasBody, isStreaming(req), req.Header.Get("Upgrade") != "", answeredByBackend(req))
+}
+
+// answeredByBackend tells whether req's answer comes from a backend, not
+// the API server: proxied to a pod, service or node, or a container's log
+// read from its node. Its time is the backend's.
+func answeredByBackend(req *http.Request) bool {
+	return !MayLearnFrom(req.URL.Path) || strings.HasSuffix(req.URL.Path, "/log")
 }
 
 // winsRace tells whether o ends the race for its request: an answer the

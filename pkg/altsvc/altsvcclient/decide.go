@@ -330,11 +330,7 @@ func MayResend(method string, connected, bodyReplayable bool) bool {
 	if !connected {
 		return true
 	}
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, "":
-		return true
-	}
-	return false
+	return safeMethod(method)
 }
 
 // MayLearnFrom reports whether the headers of a response to path (Alt-Svc,

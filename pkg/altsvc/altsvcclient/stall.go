@@ -185,8 +185,7 @@ func storageRead(req *http.Request) (*http.Request, error) {
 // container's log) is as slow as the backend: a check of the API server
 // would say nothing of it.
 func watchesStall(req *http.Request) bool {
-	fromBackend := !MayLearnFrom(req.URL.Path) || strings.HasSuffix(req.URL.Path, "/log")
-	return !isStreaming(req) && req.Header.Get("Upgrade") == "" && !fromBackend && !hedgeable(req)
+	return !isStreaming(req) && req.Header.Get("Upgrade") == "" && !answeredByBackend(req) && !hedgeable(req)
 }
 
 // Attempt states of roundTripWatched: the answer and the check race to
